@@ -1,0 +1,23 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Byte units. Every memory figure in kvpin.fleet is an int number of bytes; these
+constants and helpers are the only place sizes are converted for people to read."""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+GB = 1000 ** 3
+
+
+def fmt_bytes(n):
+    """Human-readable binary size, e.g. ``fmt_bytes(35 * GiB) == '35.00 GiB'``."""
+    n = int(n)
+    sign = '-' if n < 0 else ''
+    n = abs(n)
+    for unit, size in (('GiB', GiB), ('MiB', MiB), ('KiB', KiB)):
+        if n >= size:
+            return '%s%.2f %s' % (sign, n / size, unit)
+    return '%s%d B' % (sign, n)
