@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One entry point for planning a deployment: validate the request, resolve the model,
+hand it to the planner of its engine, and render the result for people.
+
+This module owns only input validation and dispatch; the memory arithmetic lives in
+``vllm_memory`` and ``llamacpp_memory`` (one estimator per engine, nothing recomputed
+here).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+
+BACKEND_VLLM = 'vllm'
+BACKEND_LLAMA_BOX = 'llama-box'
+BACKEND_LLAMA_CPP = 'llama.cpp'
+BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
+
+# Engine knobs by backend (DESIGN.md names). A knob left None is derived by the planner.
+VLLM_KNOBS = (
+    'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
+    'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
+    'pin_kv_cache_memory',
+)
+LLAMA_KNOBS = (
+    'gpu_layers', 'ctx_size', 'parallel', 'flash_attn', 'cache_type_k', 'cache_type_v',
+    'ubatch_size', 'batch_size', 'tensor_split', 'quantization',
+)
+ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
+
+# Sanity bounds for traffic figures: beyond these a number is a typo, not a workload.
+MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
+MAX_CONCURRENCY = 100000
+GPU_KEYS = ('index', 'name', 'memory_total')
+
+
+def _positive_int(field_name, value, upper):
+    if isinstance(value, bool) or value is None:
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    if number != value and str(number) != str(value).strip():
+        raise PlanInputError(field_name, 'must be a whole number, got %r' % (value,))
+    if number <= 0:
+        raise PlanInputError(field_name, 'must be > 0, got %d' % number)
+    if number > upper:
+        raise PlanInputError(field_name, 'must be <= %d, got %d (typo?)' % (upper, number))
+    return number
+
+
+def parse_traffic(prompt_tokens_p99, max_output_tokens, max_concurrency):
+    """Traffic from the three inventory figures, each checked and named on error."""
+    return Traffic(
+        prompt_tokens_p99=_positive_int('prompt_tokens_p99', prompt_tokens_p99, MAX_TOKENS_PER_REQUEST),
+        max_output_tokens=_positive_int('max_output_tokens', max_output_tokens, MAX_TOKENS_PER_REQUEST),
+        max_concurrency=_positive_int('max_concurrency', max_concurrency, MAX_CONCURRENCY),
+    )
+
+
+def check_gpus(gpus):
+    """The GPU list as gpu_facts returns it; at least one GPU with a memory size."""
+    if not gpus:
+        raise PlanInputError('gpus', 'no GPUs given: the deployment needs at least one GPU '
+                                     '(did gpu_facts report gpus: [] on this node?)')
+    if not isinstance(gpus, (list, tuple)):
+        raise PlanInputError('gpus', 'must be a list of GPU dicts as in kvpin_gpus.gpus, got %s'
+                             % type(gpus).__name__)
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            raise PlanInputError('gpus[%d]' % position, 'must be a dict, got %r' % (gpu,))
+        missing = [key for key in GPU_KEYS if key not in gpu]
+        if missing:
+            raise PlanInputError('gpus[%d]' % position, 'missing %s' % ', '.join(missing))
+        total = gpu['memory_total']
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise PlanInputError('gpus[%d].memory_total' % position,
+                                 'must be a positive number of bytes, got %r' % (total,))
+    return list(gpus)
+
+
+def split_knobs(backend, params):
+    """The knobs the user set (not None), checked to belong to ``backend``."""
+    allowed = VLLM_KNOBS if backend == BACKEND_VLLM else LLAMA_KNOBS
+    knobs = {}
+    for name in ALL_KNOBS:
+        value = params.get(name)
+        if value is None:
+            continue
+        if name not in allowed:
+            raise PlanInputError(name, 'is a %s option; backend %s does not take it' % (
+                'vLLM' if name in VLLM_KNOBS else 'llama-box / llama.cpp', backend))
+        knobs[name] = value
+    return knobs
+
+
+def build_plan(params, resolve_model=None, planners=None):
+    """Plan one deployment from module-style ``params``; returns a plan_types.Plan.
+
+    ``resolve_model`` and ``planners`` default to the real implementations; they are
+    parameters only so the dispatch can be read without importing every planner.
+    """
+    backend = params.get('backend')
+    if backend not in BACKENDS:
+        raise PlanInputError('backend', 'must be one of %s, got %r' % (', '.join(BACKENDS), backend))
+    version = params.get('backend_version')
+    if not version or not str(version).strip():
+        raise PlanInputError('backend_version', 'is required: flags and memory accounting '
+                                                'differ by engine version')
+    traffic = parse_traffic(params.get('prompt_tokens_p99'), params.get('max_output_tokens'),
+                            params.get('max_concurrency'))
+    gpus = check_gpus(params.get('gpus'))
+    knobs = split_knobs(backend, params)
+    if params.get('model') in (None, '', {}):
+        raise PlanInputError('model', 'is required (catalog name, HF config dict, model directory '
+                                      'or .gguf path)')
+    if resolve_model is None:
+        from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+    spec = resolve_model(params['model'])
+    if backend == BACKEND_VLLM:
+        if planners is None:
+            from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+        else:
+            plan_vllm = planners[BACKEND_VLLM]
+        return plan_vllm(spec, gpus, traffic, knobs, str(version))
+    if planners is None:
+        from ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory import plan_llamacpp
+    else:
+        plan_llamacpp = planners[backend]
+    return plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))
+
+
+MEMORY_COLUMNS = ('total', 'budget', 'weights', 'activation', 'non_torch', 'cuda_graph',
+                  'kv_cache', 'headroom')
+
+
+def memory_table(plan):
+    """Per-GPU memory table (GiB, two decimals) as text lines, for plan.yml output."""
+    header = ['gpu'] + list(MEMORY_COLUMNS)
+    rows = [header]
+    for gpu in plan.memory:
+        rows.append(['%d %s' % (gpu.index, gpu.name)]
+                    + ['%.2f' % (getattr(gpu, column) / GiB) for column in MEMORY_COLUMNS])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ['  '.join(cell.rjust(widths[i]) if i else cell.ljust(widths[i])
+                       for i, cell in enumerate(row)) for row in rows]
+    lines.insert(1, '  '.join('-' * width for width in widths))
+    lines.append('(GiB; every term in bytes in plan.memory, explained in plan.memory[].explain)')
+    return lines
+
+
+def plan_report(plan, name=None):
+    """Everything a person needs to read a plan: verdict, args, memory table, and the
+    rule behind every pinned value."""
+    verdict = 'FEASIBLE' if plan.feasible else 'INFEASIBLE'
+    title = '%s%s %s: %s' % ('%s - ' % name if name else '', plan.backend, plan.backend_version, verdict)
+    lines = [title, 'args: %s' % ' '.join(plan.args)]
+    lines.extend(memory_table(plan))
+    lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
+                 % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
+    lines.extend('reason %s: %s' % (knob, plan.reasons[knob]) for knob in sorted(plan.reasons))
+    lines.extend('rule: %s' % rule for rule in plan.rules)
+    lines.extend('warning: %s' % warning for warning in plan.warnings)
+    lines.extend('does not fit: %s' % term for term in plan.not_fitting)
+    lines.extend('would fit: %s' % suggestion for suggestion in plan.suggestions)
+    return lines
+
+
+def infeasible_message(plan):
+    """The failure text for an infeasible plan: what does not add up, and what would."""
+    parts = ['%s %s plan is infeasible: %s' % (plan.backend, plan.backend_version,
+                                                '; '.join(plan.not_fitting) or 'see plan.memory')]
+    if plan.suggestions:
+        parts.append('what would fit: %s' % '; '.join(plan.suggestions))
+    return '. '.join(parts)

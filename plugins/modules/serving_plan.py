@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: serving_plan
+short_description: Budget a deployment's GPU memory before launch and pin the engine flags
+version_added: 0.1.0
+description:
+  - Computes, per GPU, the memory a vLLM, llama-box or llama.cpp deployment will use
+    (weights, activation peak, non-torch memory, CUDA graphs, KV cache, headroom), all in bytes,
+    for the engine version given, and the engine arguments that keep it inside that budget.
+  - Engine knobs the user sets are honoured and checked; knobs left unset are derived from the
+    GPUs, the model and the declared traffic. Every derived value carries the rule that produced it.
+  - Read-only. An infeasible plan fails with the terms that do not add up and what would fit,
+    unless O(fail_on_infeasible=false).
+author:
+  - kvpin.fleet contributors
+requirements:
+  - gguf (Python package) only when O(model) is a C(.gguf) file.
+attributes:
+  check_mode:
+    support: full
+    description: Computes only; nothing on the host changes.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+options:
+  backend:
+    description: Serving engine.
+    type: str
+    required: true
+    choices: [vllm, llama-box, llama.cpp]
+  backend_version:
+    description:
+      - Engine version, for example C(0.10.1.1) for vLLM or a llama-box / llama.cpp release tag.
+      - Flags, defaults and memory accounting are taken from this version's rules.
+    type: str
+    required: true
+  model:
+    description:
+      - A catalog name (Hugging Face repo id or alias such as C(llama-3.3-70b)), a dict in
+        Hugging Face C(config.json) form (optional key C(weight_bytes)), a local model directory,
+        or a path to a C(.gguf) file (first shard of a split file).
+    type: raw
+    required: true
+  gpus:
+    description: The GPUs the deployment runs on, as in C(ansible_facts.kvpin_gpus.gpus).
+    type: list
+    elements: dict
+    required: true
+  prompt_tokens_p99:
+    description: 99th percentile of prompt length in tokens, measured on real traffic.
+    type: int
+    required: true
+  max_output_tokens:
+    description: Largest number of tokens a response may generate.
+    type: int
+    required: true
+  max_concurrency:
+    description: Concurrent requests the deployment must hold at the p99 prompt size.
+    type: int
+    required: true
+  tensor_parallel_size:
+    description: vLLM tensor parallelism; an integer or C(auto) (smallest valid size that fits).
+    type: raw
+  gpu_memory_utilization:
+    description: vLLM fraction of each GPU's total memory given to the engine.
+    type: float
+  max_model_len:
+    description: vLLM maximum tokens per sequence (prompt + output).
+    type: int
+  max_num_seqs:
+    description: vLLM maximum sequences scheduled at once.
+    type: int
+  max_num_batched_tokens:
+    description: vLLM tokens per scheduler step (drives the activation peak).
+    type: int
+  kv_cache_dtype:
+    description: vLLM KV cache dtype (C(auto), C(fp8), ...).
+    type: str
+  block_size:
+    description: vLLM KV cache block size in tokens.
+    type: int
+  enforce_eager:
+    description: vLLM without CUDA graphs.
+    type: bool
+  pin_kv_cache_memory:
+    description: Pin the KV pool with C(--kv-cache-memory-bytes) where the vLLM version has it.
+    type: bool
+  gpu_layers:
+    description: llama-box / llama.cpp layers resident on GPU (C(-ngl)).
+    type: int
+  ctx_size:
+    description: llama-box / llama.cpp total context in tokens, shared by the slots.
+    type: int
+  parallel:
+    description: llama-box / llama.cpp parallel slots; each gets ctx_size / parallel tokens.
+    type: int
+  flash_attn:
+    description: llama-box / llama.cpp flash attention.
+    type: bool
+  cache_type_k:
+    description: llama-box / llama.cpp K cache type (C(f16), C(q8_0), ...).
+    type: str
+  cache_type_v:
+    description: llama-box / llama.cpp V cache type (C(f16), C(q8_0), ...).
+    type: str
+  ubatch_size:
+    description: llama-box / llama.cpp physical batch size.
+    type: int
+  batch_size:
+    description: llama-box / llama.cpp logical batch size.
+    type: int
+  tensor_split:
+    description: llama-box / llama.cpp layer split proportions per GPU.
+    type: list
+    elements: float
+  quantization:
+    description: GGUF quantization type used to size a catalog model for llama-box / llama.cpp (for example C(Q4_K_M)).
+    type: str
+  fail_on_infeasible:
+    description: Fail the task when the plan does not fit. With C(false) the plan is returned with C(feasible=false).
+    type: bool
+    default: true
+'''
+
+EXAMPLES = r'''
+- name: Probe the GPUs
+  kvpin.fleet.gpu_facts:
+
+- name: Plan Llama-3.3-70B on four 48 GB cards (the field report's deployment)
+  kvpin.fleet.serving_plan:
+    backend: vllm
+    backend_version: 0.10.1.1
+    model: meta-llama/Llama-3.3-70B-Instruct
+    gpus: "{{ ansible_facts.kvpin_gpus.gpus }}"
+    prompt_tokens_p99: 11000
+    max_output_tokens: 1024
+    max_concurrency: 32
+    tensor_parallel_size: 4
+  register: llama_plan
+
+- name: Show the pinned arguments
+  ansible.builtin.debug:
+    var: llama_plan.plan.args
+
+- name: Layer offload on one card with llama-box
+  kvpin.fleet.serving_plan:
+    backend: llama-box
+    backend_version: v0.0.171
+    model: /srv/models/Llama-3.3-70B-Instruct-Q4_K_M.gguf
+    gpus: "{{ ansible_facts.kvpin_gpus.gpus[:1] }}"
+    prompt_tokens_p99: 4096
+    max_output_tokens: 512
+    max_concurrency: 1
+    fail_on_infeasible: false
+'''
+
+RETURN = r'''
+plan:
+  description: The plan (all memory figures in bytes).
+  returned: success, and failure of an infeasible plan
+  type: dict
+  contains:
+    backend:
+      description: Engine planned for.
+      type: str
+      returned: always
+    backend_version:
+      description: Engine version whose rules were applied.
+      type: str
+      returned: always
+    args:
+      description: Engine arguments (argv list) for that engine version.
+      type: list
+      elements: str
+      returned: always
+      sample: ["--tensor-parallel-size=4", "--max-model-len=16384", "--gpu-memory-utilization=0.88"]
+    memory:
+      description:
+        - Per GPU - total, budget, weights, activation, non_torch, cuda_graph, kv_cache and
+          headroom in bytes, finer C(terms) and an C(explain) text per term.
+      type: list
+      elements: dict
+      returned: always
+    kv_cache_tokens:
+      description: Tokens the KV cache holds (per GPU group, minimum over GPUs).
+      type: int
+      returned: always
+    max_concurrency_at_max_len:
+      description: Sequences of the maximum length the KV cache holds at once.
+      type: float
+      returned: always
+    feasible:
+      description: Whether everything fits.
+      type: bool
+      returned: always
+    settings:
+      description: The pinned value of every engine knob, by option name.
+      type: dict
+      returned: always
+    reasons:
+      description: For each knob, the rule that produced its value (or that it was user-set and checked).
+      type: dict
+      returned: always
+    warnings:
+      description: Things that fit but need attention.
+      type: list
+      elements: str
+      returned: always
+    not_fitting:
+      description: Terms that do not add up (empty when feasible).
+      type: list
+      elements: str
+      returned: always
+    suggestions:
+      description: Changes that would fit.
+      type: list
+      elements: str
+      returned: always
+    rules:
+      description: The engine-version rules applied.
+      type: list
+      elements: str
+      returned: always
+    vram_claim_bytes:
+      description: VRAM per GPU the deployment really holds (for GPUStack's scheduler).
+      type: int
+      returned: always
+    system_reserved_bytes:
+      description: VRAM per GPU to keep outside GPUStack's booking.
+      type: int
+      returned: always
+plan_report:
+  description: The plan for people - verdict, arguments, per-GPU memory table in GiB, and the rule behind each value.
+  returned: success, and failure of an infeasible plan
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+    build_plan, infeasible_message, plan_report,
+)
+
+KNOB_TYPES = dict(
+    tensor_parallel_size=dict(type='raw'),
+    gpu_memory_utilization=dict(type='float'),
+    max_model_len=dict(type='int'),
+    max_num_seqs=dict(type='int'),
+    max_num_batched_tokens=dict(type='int'),
+    kv_cache_dtype=dict(type='str'),
+    block_size=dict(type='int'),
+    enforce_eager=dict(type='bool'),
+    pin_kv_cache_memory=dict(type='bool'),
+    gpu_layers=dict(type='int'),
+    ctx_size=dict(type='int'),
+    parallel=dict(type='int'),
+    flash_attn=dict(type='bool'),
+    cache_type_k=dict(type='str'),
+    cache_type_v=dict(type='str'),
+    ubatch_size=dict(type='int'),
+    batch_size=dict(type='int'),
+    tensor_split=dict(type='list', elements='float'),
+    quantization=dict(type='str'),
+)
+
+
+def main():
+    argument_spec = dict(
+        backend=dict(type='str', required=True, choices=['vllm', 'llama-box', 'llama.cpp']),
+        backend_version=dict(type='str', required=True),
+        model=dict(type='raw', required=True),
+        gpus=dict(type='list', elements='dict', required=True),
+        prompt_tokens_p99=dict(type='int', required=True),
+        max_output_tokens=dict(type='int', required=True),
+        max_concurrency=dict(type='int', required=True),
+        fail_on_infeasible=dict(type='bool', default=True),
+    )
+    argument_spec.update(KNOB_TYPES)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+
+    try:
+        plan = build_plan(module.params)
+    except PlanInputError as error:
+        module.fail_json(msg='serving_plan: invalid %s' % error, field=error.field)
+    except ImportError as error:
+        # The GGUF reader needs the gguf package on the host that reads the file.
+        module.fail_json(msg='serving_plan: %s' % error)
+
+    result = dict(changed=False, plan=plan.to_dict(), plan_report=plan_report(plan))
+    if not plan.feasible and module.params['fail_on_infeasible']:
+        module.fail_json(msg=infeasible_message(plan), **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
