@@ -26,14 +26,13 @@ class ModelSpecError(PlanInputError):
     """Bad or unsupported model input. ``field`` names the option or key at fault."""
 
 
-
 @dataclass(frozen=True)
 class GGUFLayout:
     """What a GGUF file stores, per llama.cpp buffer (bytes as stored, quantized)."""
     file_type: Optional[str]                 # e.g. 'MOSTLY_Q4_K_M'
     block_bytes: List[int]                   # bytes of blk.<i>.* for i in range(n_layer)
     input_bytes: int                         # token_embd.* (+ position embeddings)
-    output_bytes: int                        # output.weight + output_norm.* (0 if tied)
+    output_bytes: int                        # output.weight + output_norm.* (+ tensors past the blocks)
     output_tied: bool                        # no output.weight: llama.cpp duplicates token_embd
     key_length: int                          # {arch}.attention.key_length (per head)
     value_length: int                        # {arch}.attention.value_length (per head)

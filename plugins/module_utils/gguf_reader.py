@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read the metadata and tensor table of GGUF files (one file or a split set).
+
+Only the header is parsed: ``gguf.GGUFReader`` memory-maps the file and builds views,
+no tensor data is read. Split models (``name-00001-of-00003.gguf``) are read shard by
+shard; metadata comes from the first shard, tensors from all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
+
+try:
+    import gguf
+    HAS_GGUF = True
+    GGUF_IMPORT_ERROR = None
+except ImportError as exc:  # ansible-test import sanity: gguf is optional
+    gguf = None
+    HAS_GGUF = False
+    GGUF_IMPORT_ERROR = exc
+
+GGUF_MAGIC = b'GGUF'
+# Arrays longer than this (token lists, merges) are summarised by their length only.
+MAX_ARRAY_VALUES = 4096
+SPLIT_NAME_RE = re.compile(r'^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$')
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    name: str
+    type_name: str          # GGML type, e.g. 'Q8_0', 'F16'
+    shape: List[int]        # GGUF order (fastest dimension first)
+    n_elements: int
+    n_bytes: int            # bytes as stored (quantized blocks)
+    file: str
+
+
+@dataclass
+class GGUFSummary:
+    """Metadata and tensor table of one GGUF model (all shards)."""
+    path: str
+    files: List[str]
+    metadata: Dict[str, object]
+    array_lengths: Dict[str, int]             # every array key -> its length
+    tensors: List[GGUFTensorInfo] = field(default_factory=list)
+
+    def get(self, key, default=None):
+        return self.metadata.get(key, default)
+
+
+def require_gguf():
+    """Raise a ModelSpecError that says what to install when ``gguf`` is missing."""
+    if not HAS_GGUF:
+        raise ModelSpecError(
+            'model', "reading GGUF files needs the Python package 'gguf' on the host that "
+            "runs the planner (pip install gguf): %s" % (GGUF_IMPORT_ERROR,))
+
+
+def check_magic(path):
+    """ModelSpecError unless ``path`` starts with the GGUF magic bytes."""
+    try:
+        with open(path, 'rb') as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelSpecError('model', 'cannot read %s: %s' % (path, exc))
+    if magic != GGUF_MAGIC:
+        raise ModelSpecError('model', '%s is not a GGUF file (magic %r, expected %r)'
+                             % (path, magic, GGUF_MAGIC))
+
+
+def split_files(path):
+    """All shards of a split GGUF, in order, given any one of them (else ``[path]``)."""
+    match = SPLIT_NAME_RE.match(os.path.basename(path))
+    if not match:
+        return [path]
+    count = int(match.group('count'))
+    folder = os.path.dirname(path)
+    files = [os.path.join(folder, '%s-%05d-of-%05d.gguf' % (match.group('stem'), i, count))
+             for i in range(1, count + 1)]
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise ModelSpecError('model', 'split GGUF %s needs %d files; missing: %s'
+                             % (path, count, ', '.join(missing)))
+    return files
+
+
+def _field_value(reader_field, array_lengths):
+    """Python value of one GGUF key; long arrays become ``None`` (length recorded)."""
+    types = reader_field.types
+    if types and types[0] == gguf.GGUFValueType.ARRAY:
+        array_lengths[reader_field.name] = len(reader_field.data)
+        if len(reader_field.data) > MAX_ARRAY_VALUES:
+            return None
+    return reader_field.contents()
+
+
+def _read_one(path):
+    check_magic(path)
+    try:
+        reader = gguf.GGUFReader(path, 'r')
+    except (ValueError, OSError, KeyError, IndexError) as exc:
+        raise ModelSpecError('model', '%s: GGUF header cannot be parsed: %s' % (path, exc))
+    metadata = {}
+    array_lengths = {}
+    for name, reader_field in reader.fields.items():
+        if name.startswith('GGUF.'):
+            continue
+        metadata[name] = _field_value(reader_field, array_lengths)
+    tensors = [GGUFTensorInfo(name=t.name, type_name=t.tensor_type.name,
+                              shape=[int(d) for d in t.shape], n_elements=int(t.n_elements),
+                              n_bytes=int(t.n_bytes), file=path)
+               for t in reader.tensors]
+    return metadata, array_lengths, tensors
+
+
+def read_gguf(path):
+    """Summary of the GGUF model at ``path`` (any shard of a split set names the set)."""
+    require_gguf()
+    if not os.path.isfile(path):
+        raise ModelSpecError('model', 'GGUF file %s does not exist' % (path,))
+    check_magic(path)
+    files = split_files(path)
+    metadata, array_lengths, tensors = _read_one(files[0])
+    declared = metadata.get('split.count')
+    if declared is not None and int(declared) != len(files):
+        raise ModelSpecError('model', '%s declares split.count=%s but %d file(s) were found'
+                             % (files[0], declared, len(files)))
+    for shard in files[1:]:
+        _meta, _lengths, shard_tensors = _read_one(shard)
+        tensors.extend(shard_tensors)
+    return GGUFSummary(path=files[0], files=files, metadata=metadata,
+                       array_lengths=array_lengths, tensors=tensors)

@@ -1,0 +1,908 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Build ``ModelSpec`` objects from a catalog name, an HF ``config.json`` dict, a local
+model directory or a GGUF file, and size the weights from what the checkpoint stores.
+
+Weights are enumerated as named tensor groups (``weight_tensor_groups``); parameter
+counts and stored bytes per quantization scheme are sums over those groups, so every
+byte in a total can be traced to a named tensor family.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+    GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec, ModelSpecError)
+from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import (
+    CATALOG, ALIASES)
+
+# Tensor roles. Quantization schemes decide per role how a tensor is stored.
+ROLE_EMBED = 'embedding'       # token embeddings
+ROLE_LM_HEAD = 'lm_head'       # output projection (absent when tied)
+ROLE_LINEAR = 'linear'         # attention / dense-MLP / shared-expert projections in layers
+ROLE_EXPERT = 'expert'         # routed-expert projections
+ROLE_ROUTER = 'router'         # MoE router (gate) matrix
+ROLE_VECTOR = 'vector'         # norms, biases, attention sinks, router score biases
+
+# Storage dtype of unquantized checkpoints (torch_dtype / dtype in config.json).
+DTYPE_BYTES = {'bfloat16': 2, 'float16': 2, 'half': 2, 'float32': 4, 'float': 4}
+# vLLM's dtype=auto runs fp32 checkpoints in fp16/bf16: resident weights are 2 B/param.
+LOADED_FLOAT_BYTES = 2
+
+# Sanity bounds: a value outside these is a typo or a wrong file, not a model.
+DIM_LIMITS = {
+    'num_hidden_layers': 1024, 'hidden_size': 131072, 'intermediate_size': 1 << 20,
+    'num_attention_heads': 4096, 'num_key_value_heads': 4096, 'head_dim': 4096,
+    'vocab_size': 16 * 1024 * 1024, 'max_position_embeddings': 1 << 27,
+}
+
+GGUF_SUFFIX = '.gguf'
+SAFETENSORS_INDEX = 'model.safetensors.index.json'
+# Mistral-format single file shipped next to the HF shards; engines load one or the other.
+MISTRAL_CONSOLIDATED = 'consolidated.safetensors'
+BLOCK_TENSOR_RE = re.compile(r'^blk\.(\d+)\.')
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """``count`` tensors of shape (out_features, in_features) with one role.
+
+    1-D tensors (norms, biases) have in_features == 1. ``replicated``: vLLM keeps a whole
+    copy on every tensor-parallel rank (norms, routers, row-parallel biases, MLA latent
+    down-projections) instead of a 1/TP slice."""
+    name: str
+    role: str
+    out_features: int
+    in_features: int
+    count: int
+    replicated: bool = False
+
+    @property
+    def elements(self):
+        return self.out_features * self.in_features * self.count
+
+
+# ---------------------------------------------------------------- config normalization
+
+def _text_config(config):
+    """The decoder's config: ``text_config`` for multimodal wrappers, else the dict."""
+    text = config.get('text_config')
+    if isinstance(text, dict) and text:
+        return text, True
+    return config, False
+
+
+def _architecture(config, text):
+    archs = config.get('architectures') or text.get('architectures') or []
+    if archs and isinstance(archs, list):
+        return str(archs[0])
+    return str(text.get('model_type') or config.get('model_type') or 'unknown')
+
+
+def _positive_int(cfg, key, default=None, required=True):
+    value = cfg.get(key, default)
+    if value is None:
+        if required:
+            raise ModelSpecError('model', "config key '%s' is missing" % key)
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise ModelSpecError('model', "config key '%s' must be an integer, got %r" % (key, value))
+    value = int(value)
+    limit = DIM_LIMITS.get(key)
+    if value <= 0 or (limit is not None and value > limit):
+        raise ModelSpecError('model', "config key '%s' = %d is out of range (1..%s)"
+                             % (key, value, limit if limit else 'inf'))
+    return value
+
+
+def _model_type(config, text):
+    return str(text.get('model_type') or config.get('model_type') or '').lower()
+
+
+@dataclass(frozen=True)
+class ArchDims:
+    """The dimensions that decide tensor shapes, normalized across architectures."""
+    architecture: str
+    model_type: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int
+    tie: bool
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    norms_per_layer: int = 2
+    attn_sinks: bool = False
+    q_lora_rank: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_experts: int = 0
+    experts_per_tok: int = 0
+    moe_intermediate: int = 0
+    shared_experts: int = 0
+    shared_intermediate: int = 0
+    shared_expert_gate: bool = False
+    dense_layers: int = 0            # first_k_dense_replace: leading layers with a dense MLP
+    router_bias: bool = False        # bias on the router matrix (gpt-oss)
+    router_score_bias: bool = False  # e_score_correction_bias (DeepSeek-V3 noaux_tc)
+    expert_bias: bool = False        # biases on expert projections (gpt-oss)
+    multimodal: bool = False
+
+
+def arch_dims(config):
+    """Normalize an HF config dict into ``ArchDims`` (ModelSpecError names a bad key)."""
+    if not isinstance(config, dict):
+        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type(config).__name__)
+    text, multimodal = _text_config(config)
+    arch = _architecture(config, text)
+    mtype = _model_type(config, text)
+    hidden = _positive_int(text, 'hidden_size')
+    layers = _positive_int(text, 'num_hidden_layers')
+    heads = _positive_int(text, 'num_attention_heads')
+    kv_heads = _positive_int(text, 'num_key_value_heads', default=heads)
+    head_dim = _positive_int(text, 'head_dim', default=hidden // heads)
+    vocab = _positive_int(text, 'vocab_size')
+    if heads % kv_heads:
+        raise ModelSpecError('model', "num_attention_heads (%d) is not a multiple of "
+                             "num_key_value_heads (%d)" % (heads, kv_heads))
+    tie = text.get('tie_word_embeddings', config.get('tie_word_embeddings'))
+    if tie is None:
+        # Gemma families tie by default in transformers; the others do not.
+        tie = mtype.startswith('gemma')
+    is_qwen2 = mtype in ('qwen2', 'qwen2_moe') or arch.startswith('Qwen2')
+    is_qwen3 = mtype.startswith('qwen3') or arch.startswith('Qwen3')
+    is_gemma = mtype.startswith('gemma')
+    is_gemma3 = mtype.startswith('gemma3') or arch.startswith('Gemma3')
+    is_gpt_oss = mtype == 'gpt_oss' or arch.startswith('GptOss')
+    attention_bias = bool(text.get('attention_bias', False))
+    kw = dict(
+        architecture=arch, model_type=mtype, hidden=hidden, layers=layers, heads=heads,
+        kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, tie=bool(tie),
+        multimodal=multimodal,
+        # Qwen2 has q/k/v biases without a config flag; others say attention_bias.
+        qkv_bias=is_qwen2 or attention_bias,
+        o_bias=attention_bias,
+        qk_norm=is_qwen3 or is_gemma3,
+        # Gemma 2/3: pre- and post-norms around attention and MLP.
+        norms_per_layer=4 if is_gemma else 2,
+        attn_sinks=is_gpt_oss,
+    )
+    # MLA (DeepSeek V2/V3/R1, Kimi K2 ...)
+    if text.get('kv_lora_rank'):
+        kw.update(
+            kv_lora_rank=_positive_int(text, 'kv_lora_rank'),
+            q_lora_rank=_positive_int(text, 'q_lora_rank', required=False),
+            qk_nope_head_dim=_positive_int(text, 'qk_nope_head_dim'),
+            qk_rope_head_dim=_positive_int(text, 'qk_rope_head_dim'),
+            v_head_dim=_positive_int(text, 'v_head_dim'),
+        )
+    experts = (text.get('num_local_experts') or text.get('num_experts')
+               or text.get('n_routed_experts') or 0)
+    if experts:
+        experts = _positive_int({'num_experts': experts}, 'num_experts')
+        topk = _positive_int(text, 'num_experts_per_tok',
+                             default=text.get('experts_per_token'))
+        # Mixtral and gpt-oss give the expert width as intermediate_size.
+        moe_inter = text.get('moe_intermediate_size') or text.get('intermediate_size')
+        moe_inter = _positive_int({'moe_intermediate_size': moe_inter}, 'moe_intermediate_size')
+        shared = int(text.get('n_shared_experts') or 0)
+        shared_inter = int(text.get('shared_expert_intermediate_size') or shared * moe_inter)
+        dense_layers = int(text.get('first_k_dense_replace') or 0)
+        if text.get('decoder_sparse_step', 1) not in (1, None) or text.get('mlp_only_layers'):
+            raise ModelSpecError('model', 'decoder_sparse_step / mlp_only_layers (MoE on some '
+                                 'layers only) are not supported; give weight_bytes')
+        kw.update(num_experts=experts, experts_per_tok=topk, moe_intermediate=moe_inter,
+                  shared_experts=shared, shared_intermediate=shared_inter,
+                  shared_expert_gate=bool(text.get('shared_expert_intermediate_size')),
+                  dense_layers=dense_layers, router_bias=is_gpt_oss, expert_bias=is_gpt_oss,
+                  router_score_bias=text.get('topk_method') == 'noaux_tc')
+        dense_inter = int(text.get('intermediate_size') or 0) if dense_layers else 0
+        kw['intermediate'] = dense_inter if dense_layers else 0
+    else:
+        kw['intermediate'] = _positive_int(text, 'intermediate_size')
+    return ArchDims(**kw)
+
+
+# ---------------------------------------------------------------- tensor enumeration
+
+def weight_tensor_groups(dims):
+    """Every weight tensor family of the decoder (no vision tower, no MTP layers)."""
+    h, n = dims.hidden, dims.layers
+    groups = [TensorGroup('embed_tokens', ROLE_EMBED, dims.vocab, h, 1)]
+    if not dims.tie:
+        groups.append(TensorGroup('lm_head', ROLE_LM_HEAD, dims.vocab, h, 1))
+    groups.append(TensorGroup('final_norm', ROLE_VECTOR, h, 1, 1, replicated=True))
+    groups.append(TensorGroup('layer_norms', ROLE_VECTOR, h, 1, dims.norms_per_layer * n,
+                              replicated=True))
+    if dims.kv_lora_rank:
+        groups.extend(_mla_groups(dims))
+    else:
+        q_out, kv_out = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+        groups += [
+            TensorGroup('q_proj', ROLE_LINEAR, q_out, h, n),
+            TensorGroup('k_proj', ROLE_LINEAR, kv_out, h, n),
+            TensorGroup('v_proj', ROLE_LINEAR, kv_out, h, n),
+            TensorGroup('o_proj', ROLE_LINEAR, h, q_out, n),
+        ]
+        if dims.qkv_bias:
+            groups += [TensorGroup('q_bias', ROLE_VECTOR, q_out, 1, n),
+                       TensorGroup('kv_bias', ROLE_VECTOR, kv_out, 1, 2 * n)]
+        if dims.o_bias:
+            groups.append(TensorGroup('o_bias', ROLE_VECTOR, h, 1, n, replicated=True))
+        if dims.qk_norm:
+            groups.append(TensorGroup('qk_norm', ROLE_VECTOR, dims.head_dim, 1, 2 * n,
+                                      replicated=True))
+    if dims.attn_sinks:
+        groups.append(TensorGroup('attn_sinks', ROLE_VECTOR, dims.heads, 1, n))
+    if dims.num_experts:
+        groups.extend(_moe_groups(dims))
+    if dims.intermediate:
+        dense = dims.dense_layers if dims.num_experts else n
+        groups += [TensorGroup('mlp_gate_up', ROLE_LINEAR, dims.intermediate, h, 2 * dense),
+                   TensorGroup('mlp_down', ROLE_LINEAR, h, dims.intermediate, dense)]
+    return [g for g in groups if g.count]
+
+
+def _mla_groups(dims):
+    h, n, heads = dims.hidden, dims.layers, dims.heads
+    qk_head = dims.qk_nope_head_dim + dims.qk_rope_head_dim
+    groups = []
+    if dims.q_lora_rank:
+        # vLLM keeps the latent down-projections whole on every rank (ReplicatedLinear).
+        groups += [TensorGroup('q_a_proj', ROLE_LINEAR, dims.q_lora_rank, h, n, replicated=True),
+                   TensorGroup('q_a_layernorm', ROLE_VECTOR, dims.q_lora_rank, 1, n,
+                               replicated=True),
+                   TensorGroup('q_b_proj', ROLE_LINEAR, heads * qk_head, dims.q_lora_rank, n)]
+    else:
+        groups.append(TensorGroup('q_proj', ROLE_LINEAR, heads * qk_head, h, n))
+    groups += [
+        TensorGroup('kv_a_proj_with_mqa', ROLE_LINEAR, dims.kv_lora_rank + dims.qk_rope_head_dim,
+                    h, n, replicated=True),
+        TensorGroup('kv_a_layernorm', ROLE_VECTOR, dims.kv_lora_rank, 1, n, replicated=True),
+        TensorGroup('kv_b_proj', ROLE_LINEAR, heads * (dims.qk_nope_head_dim + dims.v_head_dim),
+                    dims.kv_lora_rank, n),
+        TensorGroup('o_proj', ROLE_LINEAR, h, heads * dims.v_head_dim, n),
+    ]
+    return groups
+
+
+def _moe_groups(dims):
+    h, e, inter = dims.hidden, dims.num_experts, dims.moe_intermediate
+    moe_layers = dims.layers - dims.dense_layers
+    groups = [
+        TensorGroup('router', ROLE_ROUTER, e, h, moe_layers, replicated=True),
+        TensorGroup('experts_gate_up', ROLE_EXPERT, inter, h, 2 * e * moe_layers),
+        TensorGroup('experts_down', ROLE_EXPERT, h, inter, e * moe_layers),
+    ]
+    if dims.router_bias:
+        groups.append(TensorGroup('router_bias', ROLE_VECTOR, e, 1, moe_layers, replicated=True))
+    if dims.router_score_bias:
+        groups.append(TensorGroup('router_score_bias', ROLE_VECTOR, e, 1, moe_layers,
+                                  replicated=True))
+    if dims.expert_bias:
+        groups += [TensorGroup('experts_gate_up_bias', ROLE_VECTOR, inter, 1, 2 * e * moe_layers),
+                   TensorGroup('experts_down_bias', ROLE_VECTOR, h, 1, e * moe_layers)]
+    if dims.shared_intermediate:
+        s = dims.shared_intermediate
+        groups += [TensorGroup('shared_gate_up', ROLE_LINEAR, s, h, 2 * moe_layers),
+                   TensorGroup('shared_down', ROLE_LINEAR, h, s, moe_layers)]
+        if dims.shared_expert_gate:
+            groups.append(TensorGroup('shared_expert_gate', ROLE_ROUTER, 1, h, moe_layers,
+                                      replicated=True))
+    return groups
+
+
+def param_count(model):
+    """Parameters of a ModelSpec (its ``param_count``) or of an HF config dict."""
+    if isinstance(model, ModelSpec):
+        return model.param_count
+    return sum(g.elements for g in weight_tensor_groups(arch_dims(model)))
+
+
+# ---------------------------------------------------------------- stored bytes by scheme
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How the checkpoint stores weights; ``describe`` is shown in plans."""
+    name: Optional[str]          # None (unquantized) | 'fp8' | 'awq' | 'gptq' | 'w4a16' | 'mxfp4'
+    dtype_bytes: int = 2         # unquantized tensors
+    bits: int = 16
+    group_size: int = 0          # 0: per output channel; -1 (HF) normalized to 0
+    zero_points: bool = False
+    g_idx: bool = False
+    fp8_block: Optional[List[int]] = None   # [128, 128] for DeepSeek-style block scales
+    scale_bytes: int = 2
+    describe: str = ''
+
+
+def quant_scheme(config, dtype_bytes=2):
+    """``QuantScheme`` from ``quantization_config`` (ModelSpecError when unsupported)."""
+    qc = config.get('quantization_config') or {}
+    if not qc:
+        return QuantScheme(None, dtype_bytes, describe='%d B/param (%s)' % (
+            dtype_bytes, 'bf16/fp16' if dtype_bytes == 2 else 'fp32'))
+    method = str(qc.get('quant_method', '')).lower()
+    if method == 'mxfp4':
+        return QuantScheme('mxfp4', dtype_bytes, bits=4, group_size=32, scale_bytes=1,
+                           describe='MXFP4 experts: 4-bit values + 1 B E8M0 scale per 32; '
+                                    'everything else bf16')
+    if method == 'fp8':
+        block = qc.get('weight_block_size')
+        if block:
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+                               describe='FP8 linear weights (1 B) + fp32 scale per %dx%d block;'
+                                        ' embeddings/lm_head/norms/router bf16' % tuple(block))
+        return QuantScheme('fp8', dtype_bytes, bits=8, scale_bytes=4,
+                           describe='FP8 linear weights (1 B) + one fp32 scale per tensor; '
+                                    'embeddings/lm_head/norms bf16')
+    if method in ('awq', 'gptq'):
+        bits = int(qc.get('bits', qc.get('w_bit', 4)))
+        group = int(qc.get('group_size', qc.get('q_group_size', 128)))
+        group = 0 if group < 0 else group
+        if method == 'awq':
+            zeros = bool(qc.get('zero_point', True))
+            return QuantScheme('awq', 2, bits=bits, group_size=group, zero_points=zeros,
+                               describe='AWQ int%d g%d: packed weights + fp16 scales%s per group;'
+                                        ' embeddings/lm_head/norms fp16'
+                                        % (bits, group, ' + packed zeros' if zeros else ''))
+        # GPTQ checkpoints (AutoGPTQ / GPTQModel) always carry qzeros and g_idx tensors.
+        return QuantScheme('gptq', 2, bits=bits, group_size=group, zero_points=True, g_idx=True,
+                           describe='GPTQ int%d g%d (desc_act=%s): packed weights + packed '
+                                    'qzeros + fp16 scales per group + int32 g_idx per input '
+                                    'row; embeddings/lm_head/norms fp16'
+                                    % (bits, group, bool(qc.get('desc_act'))))
+    if method == 'compressed-tensors':
+        return _compressed_tensors_scheme(qc, dtype_bytes)
+    raise ModelSpecError('model', "quantization_config.quant_method %r is not supported for "
+                         "weight sizing; pass weight_bytes with the model" % method)
+
+
+def _compressed_tensors_scheme(qc, dtype_bytes):
+    groups = qc.get('config_groups') or {}
+    if not groups:
+        raise ModelSpecError('model', 'compressed-tensors quantization_config has no '
+                             'config_groups; pass weight_bytes with the model')
+    weights = (list(groups.values())[0] or {}).get('weights') or {}
+    bits = int(weights.get('num_bits', 8))
+    wtype = weights.get('type', 'float')
+    strategy = weights.get('strategy', 'tensor')
+    if bits == 8 and wtype == 'float':
+        if strategy == 'block':
+            block = weights.get('block_structure') or [128, 128]
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+                               describe='FP8 (compressed-tensors, block %s) + fp32 block scales'
+                                        % (block,))
+        per_channel = strategy == 'channel'
+        return QuantScheme('fp8', dtype_bytes, bits=8, scale_bytes=dtype_bytes,
+                           group_size=0 if per_channel else -1,
+                           describe='FP8 (compressed-tensors, %s): linear weights 1 B + %s '
+                                    'scale; embeddings/lm_head/norms bf16'
+                                    % (strategy, 'per-channel' if per_channel else 'one'))
+    if wtype == 'int' and bits in (4, 8):
+        group = int(weights.get('group_size') or 0)
+        zeros = not weights.get('symmetric', True)
+        return QuantScheme('w4a16' if bits == 4 else 'w8a16', dtype_bytes, bits=bits,
+                           group_size=group, zero_points=zeros, scale_bytes=dtype_bytes,
+                           describe='compressed-tensors int%d g%d packed weights + scales'
+                                    % (bits, group))
+    raise ModelSpecError('model', 'compressed-tensors weights %r are not supported for weight '
+                         'sizing; pass weight_bytes with the model' % (weights,))
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def group_stored_bytes(group, scheme):
+    """Bytes one tensor group takes in the checkpoint under ``scheme``."""
+    plain = group.elements * scheme.dtype_bytes
+    if scheme.name is None:
+        return plain
+    out_f, in_f, count = group.out_features, group.in_features, group.count
+    if scheme.name == 'mxfp4':
+        if group.role != ROLE_EXPERT:
+            return plain
+        blocks = _ceil_div(in_f, scheme.group_size)
+        # per 32 values: 16 B of packed 4-bit values + one E8M0 scale byte
+        return count * out_f * blocks * (scheme.group_size // 2 + scheme.scale_bytes)
+    if group.role not in (ROLE_LINEAR, ROLE_EXPERT):
+        return plain
+    if scheme.name == 'fp8':
+        if scheme.fp8_block:
+            bo, bi = scheme.fp8_block
+            scales = _ceil_div(out_f, bo) * _ceil_div(in_f, bi)
+        elif scheme.group_size == 0:      # per output channel
+            scales = out_f
+        else:                             # per tensor
+            scales = 1
+        return count * (out_f * in_f + scales * scheme.scale_bytes)
+    # integer weight-only schemes: packed values, scales (and zeros) per group of inputs
+    n_groups = _ceil_div(in_f, scheme.group_size) if scheme.group_size else 1
+    packed = out_f * in_f * scheme.bits // 8
+    scales = n_groups * out_f * scheme.scale_bytes
+    zeros = n_groups * out_f * scheme.bits // 8 if scheme.zero_points else 0
+    g_idx = in_f * 4 if scheme.g_idx else 0
+    return count * (packed + scales + zeros + g_idx)
+
+
+def stored_weight_bytes(groups, scheme):
+    """(total bytes, replicated bytes, bytes by role) of ``groups`` under ``scheme``."""
+    total = replicated = 0
+    by_role = {}
+    for group in groups:
+        size = group_stored_bytes(group, scheme)
+        total += size
+        by_role[group.role] = by_role.get(group.role, 0) + size
+        if group.replicated:
+            replicated += size
+    return total, replicated, by_role
+
+
+# ---------------------------------------------------------------- layer kinds
+
+def layer_kinds_from_config(config):
+    """(kinds per layer, sliding window, rule applied) as vLLM/transformers assign them."""
+    text, _mm = _text_config(config)
+    dims_layers = _positive_int(text, 'num_hidden_layers')
+    mtype = _model_type(config, text)
+    arch = _architecture(config, text)
+    window = text.get('sliding_window')
+    if text.get('kv_lora_rank'):
+        return [LAYER_MLA] * dims_layers, None, 'MLA on every layer'
+    layer_types = text.get('layer_types')
+    if layer_types:
+        if len(layer_types) != dims_layers:
+            raise ModelSpecError('model', 'layer_types has %d entries for %d layers'
+                                 % (len(layer_types), dims_layers))
+        table = {'full_attention': LAYER_FULL, 'sliding_attention': LAYER_SLIDING,
+                 'linear_attention': LAYER_NO_KV, 'mamba': LAYER_NO_KV}
+        unknown = sorted(set(t for t in layer_types if t not in table))
+        if unknown:
+            raise ModelSpecError('model', 'layer_types has unknown kinds %s' % unknown)
+        kinds = [table[t] for t in layer_types]
+        return kinds, (window if LAYER_SLIDING in kinds else None), 'from layer_types'
+    if mtype.startswith('qwen') or arch.startswith('Qwen'):
+        if text.get('use_sliding_window') and window:
+            first = int(text.get('max_window_layers', dims_layers))
+            return ([LAYER_FULL if i < first else LAYER_SLIDING for i in range(dims_layers)],
+                    window, 'Qwen: sliding from layer max_window_layers=%d' % first)
+        return [LAYER_FULL] * dims_layers, None, 'Qwen: use_sliding_window false'
+    if not window:
+        return [LAYER_FULL] * dims_layers, None, 'no sliding_window'
+    if mtype == 'gemma2' or arch.startswith('Gemma2'):
+        # transformers Gemma2: is_sliding = not bool(layer_idx % 2) -> layer 0 slides
+        return ([LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(dims_layers)],
+                window, 'Gemma2: even layers sliding')
+    if mtype.startswith('gemma3') or arch.startswith('Gemma3'):
+        pattern = int(text.get('sliding_window_pattern') or 6)
+        # transformers Gemma3: is_sliding = bool((layer_idx + 1) % sliding_window_pattern)
+        return ([LAYER_SLIDING if (i + 1) % pattern else LAYER_FULL
+                 for i in range(dims_layers)],
+                window, 'Gemma3: %d sliding : 1 full' % (pattern - 1))
+    # Mistral v0.1, Phi-3-mini: one window on every layer.
+    return [LAYER_SLIDING] * dims_layers, window, 'sliding_window on every layer'
+
+
+# ---------------------------------------------------------------- builders
+
+def _dtype_bytes(config):
+    text, _mm = _text_config(config)
+    dtype = str(text.get('torch_dtype') or text.get('dtype') or config.get('torch_dtype')
+                or config.get('dtype') or 'bfloat16').lower().replace('torch.', '')
+    if dtype not in DTYPE_BYTES:
+        raise ModelSpecError('model', "torch_dtype %r is not one of %s"
+                             % (dtype, sorted(DTYPE_BYTES)))
+    return DTYPE_BYTES[dtype]
+
+
+def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, source='hf_config',
+                        weight_bytes_exact=False):
+    """ModelSpec from an HF ``config.json`` dict.
+
+    ``weight_bytes``: the checkpoint's stored bytes when known (safetensors index); else
+    they are computed from the dimensions and the quantization scheme."""
+    config = {k: v for k, v in config.items() if not str(k).startswith('_')}
+    dims = arch_dims(config)
+    text, _mm = _text_config(config)
+    stored_dtype = _dtype_bytes(config)
+    loaded_dtype = min(stored_dtype, LOADED_FLOAT_BYTES)
+    groups = weight_tensor_groups(dims)
+    params = sum(g.elements for g in groups)
+    try:
+        scheme = quant_scheme(config, loaded_dtype)
+    except ModelSpecError:
+        if weight_bytes is None:
+            raise
+        # Stored size is given; only the replicated share is sized, at 16 bit (norms and
+        # routers stay unquantized in every scheme we know).
+        method = str((config.get('quantization_config') or {}).get('quant_method', 'unknown'))
+        scheme = QuantScheme(method.lower(), loaded_dtype, describe='%s (size given)' % method)
+        _total, replicated, _by_role = stored_weight_bytes(groups, QuantScheme(None, loaded_dtype))
+        computed, by_role = None, {}
+    else:
+        computed, replicated, by_role = stored_weight_bytes(groups, scheme)
+    kinds, window, kinds_rule = layer_kinds_from_config(config)
+    what = 'text decoder only (vision tower not counted)' if dims.multimodal else 'whole decoder'
+    if weight_bytes is not None:
+        if isinstance(weight_bytes, bool) or not isinstance(weight_bytes, int) or weight_bytes <= 0:
+            raise ModelSpecError('weight_bytes', 'must be a positive integer number of bytes, '
+                                 'got %r' % (weight_bytes,))
+        note = weight_note or 'given'
+        exact = bool(weight_bytes_exact)
+    else:
+        weight_bytes = computed
+        note = 'computed from config dimensions (%s): %s' % (what, scheme.describe)
+        if stored_dtype > loaded_dtype:
+            note += '; fp32 checkpoint, loaded in 16 bit (vLLM dtype=auto)'
+        exact = False
+    mla = dims.kv_lora_rank is not None
+    extra = {
+        'model_type': dims.model_type,
+        'multimodal': dims.multimodal,
+        'layer_kinds_rule': kinds_rule,
+        'quant_scheme': scheme.describe,
+        'computed_weight_bytes': computed,
+        'weight_bytes_by_role': by_role,
+        'params_by_group': dict((g.name, g.elements) for g in groups),
+    }
+    if mla:
+        extra.update(q_lora_rank=dims.q_lora_rank, qk_nope_head_dim=dims.qk_nope_head_dim,
+                     v_head_dim=dims.v_head_dim)
+    if dims.dense_layers:
+        extra['first_k_dense_replace'] = dims.dense_layers
+    if text.get('num_nextn_predict_layers'):
+        extra['mtp_layers_not_counted'] = int(text['num_nextn_predict_layers'])
+    if text.get('sliding_window_pattern'):
+        extra['sliding_window_pattern'] = int(text['sliding_window_pattern'])
+    return ModelSpec(
+        name=str(name), source=source, architecture=dims.architecture,
+        num_layers=dims.layers, hidden_size=dims.hidden,
+        intermediate_size=dims.intermediate,
+        num_attention_heads=dims.heads,
+        # vLLM caches one latent "head" of kv_lora_rank + rope dims per token for MLA.
+        num_kv_heads=1 if mla else dims.kv_heads,
+        head_dim=(dims.kv_lora_rank + dims.qk_rope_head_dim) if mla else dims.head_dim,
+        vocab_size=dims.vocab,
+        max_position_embeddings=_positive_int(text, 'max_position_embeddings', default=4096),
+        tie_word_embeddings=dims.tie,
+        # vLLM's dtype=auto runs fp32 checkpoints in 16-bit; activations/KV use 2 B.
+        dtype_bytes=2,
+        layer_kinds=kinds, sliding_window=window,
+        kv_lora_rank=dims.kv_lora_rank, qk_rope_head_dim=dims.qk_rope_head_dim if mla else None,
+        num_experts=dims.num_experts, num_experts_per_tok=dims.experts_per_tok,
+        moe_intermediate_size=dims.moe_intermediate, num_shared_experts=dims.shared_experts,
+        param_count=params, weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
+        weight_bytes_note=note, quantization=scheme.name, replicated_bytes=replicated,
+        extra=extra,
+    )
+
+
+def spec_from_catalog(name):
+    """ModelSpec for a catalog entry (exact stored bytes where the catalog has them)."""
+    entry = CATALOG[name]
+    weight_bytes = entry.get('_weight_bytes')
+    note = None
+    if weight_bytes is not None:
+        note = 'safetensors index metadata.total_size (%s)' % entry.get('_weight_bytes_source')
+    return spec_from_hf_config(entry, name, weight_bytes=weight_bytes, weight_note=note,
+                               source='catalog', weight_bytes_exact=weight_bytes is not None)
+
+
+def _safetensors_tensor_bytes(path):
+    """{tensor name: bytes} from one .safetensors header (the payload is not read)."""
+    size = os.path.getsize(path)
+    with open(path, 'rb') as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ModelSpecError('model', '%s is not a safetensors file (shorter than 8 bytes)'
+                                 % path)
+        (header_len,) = struct.unpack('<Q', head)
+        if header_len + 8 > size:
+            raise ModelSpecError('model', '%s: safetensors header length %d exceeds the file '
+                                 'size %d' % (path, header_len, size))
+        try:
+            header = json.loads(handle.read(header_len).decode('utf-8'))
+            return dict((name, int(info['data_offsets'][1]) - int(info['data_offsets'][0]))
+                        for name, info in header.items() if name != '__metadata__')
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ModelSpecError('model', '%s: safetensors header cannot be parsed: %s'
+                                 % (path, exc))
+
+
+# Decoder-layer tensors: model.layers.N., language_model.model.layers.N., ...
+LAYER_TENSOR_RE = re.compile(r'^(?:[a-z_]+\.)*layers\.(\d+)\.')
+TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight')
+
+
+def _not_loaded(name, dims):
+    """Why vLLM does not load a checkpoint tensor (None when it does)."""
+    if dims.tie and name in TIED_HEAD_NAMES:
+        return 'lm_head stored although tie_word_embeddings is true'
+    match = LAYER_TENSOR_RE.match(name)
+    if match and int(match.group(1)) >= dims.layers and 'vision' not in name:
+        return 'layers past num_hidden_layers (MTP / next-token-prediction)'
+    return None
+
+
+def _read_index(index_path):
+    try:
+        with open(index_path) as handle:
+            index = json.load(handle)
+        return ((index.get('metadata') or {}).get('total_size'),
+                dict(index.get('weight_map') or {}))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelSpecError('model', '%s cannot be read: %s' % (index_path, exc))
+
+
+def _as_loaded(stored, note, config):
+    """Stored bytes of an unquantized fp32 checkpoint halve when vLLM loads it in 16 bit."""
+    if _dtype_bytes(config) > LOADED_FLOAT_BYTES and not config.get('quantization_config'):
+        return stored * LOADED_FLOAT_BYTES // _dtype_bytes(config), (
+            note + '; fp32 checkpoint (%d B stored), loaded in 16 bit (vLLM dtype=auto)' % stored)
+    return stored, note
+
+
+def _model_dir_weight_bytes(path, config):
+    """(bytes vLLM loads, note) from safetensors headers or the index; (None, None) when
+    the directory has neither."""
+    dims = arch_dims(config)
+    index_path = os.path.join(path, SAFETENSORS_INDEX)
+    total, weight_map = _read_index(index_path) if os.path.isfile(index_path) else (None, {})
+    files = sorted(f for f in os.listdir(path) if f.endswith('.safetensors'))
+    if len(files) > 1 and MISTRAL_CONSOLIDATED in files:
+        files.remove(MISTRAL_CONSOLIDATED)
+    shards_complete = set(weight_map.values()) <= set(files)
+    if files and shards_complete:
+        loaded = 0
+        skipped = {}
+        for name_ in files:
+            for tensor, size in _safetensors_tensor_bytes(os.path.join(path, name_)).items():
+                reason = _not_loaded(tensor, dims)
+                if reason:
+                    skipped[reason] = skipped.get(reason, 0) + size
+                else:
+                    loaded += size
+        note = 'sum of tensor sizes in %d safetensors header(s)' % len(files)
+        for reason, size in sorted(skipped.items()):
+            note += '; %d B not counted (%s)' % (size, reason)
+        return _as_loaded(loaded, note, config)
+    if total is not None:
+        weight_bytes = int(total)
+        note = '%s metadata.total_size' % SAFETENSORS_INDEX
+        if dims.tie and any(t in weight_map for t in TIED_HEAD_NAMES):
+            head = dims.vocab * dims.hidden * _dtype_bytes(config)
+            weight_bytes -= head
+            note += ' minus %d B of lm_head stored although tie_word_embeddings is true' % head
+        mtp = [t for t in weight_map if _not_loaded(t, dims) and t not in TIED_HEAD_NAMES]
+        if mtp:
+            note += ('; includes %d tensors of layers past num_hidden_layers (MTP) that vLLM '
+                     'does not load by default' % len(mtp))
+        return _as_loaded(weight_bytes, note, config)
+    return None, None
+
+
+def spec_from_model_dir(path):
+    """ModelSpec from a local HF model directory (config.json + safetensors).
+
+    Weight bytes: per-tensor sizes from the safetensors headers when every shard is
+    present (tensors vLLM skips are left out and named in the note), else the index's
+    metadata.total_size, else computed from the dimensions."""
+    config_path = os.path.join(path, 'config.json')
+    try:
+        with open(config_path) as handle:
+            config = json.load(handle)
+    except OSError as exc:
+        raise ModelSpecError('model', 'model directory %s has no readable config.json: %s'
+                             % (path, exc))
+    except ValueError as exc:
+        raise ModelSpecError('model', '%s is not valid JSON: %s' % (config_path, exc))
+    if not isinstance(config, dict):
+        raise ModelSpecError('model', '%s must hold a JSON object' % config_path)
+    name = os.path.basename(os.path.normpath(path))
+    weight_bytes, note = _model_dir_weight_bytes(path, config)
+    return spec_from_hf_config(config, name, weight_bytes=weight_bytes, weight_note=note,
+                               source='model_dir', weight_bytes_exact=weight_bytes is not None)
+
+
+# ---------------------------------------------------------------- GGUF
+
+def _gguf_int(summary, key, default=None, required=True):
+    value = summary.get(key, default)
+    if value is None:
+        if required:
+            raise ModelSpecError('model', '%s: GGUF key %s is missing' % (summary.path, key))
+        return None
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return int(value)
+
+
+def _per_layer(value, n_layer, key):
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise ModelSpecError('model', 'GGUF key %s has %d entries for %d layers'
+                                 % (key, len(value), n_layer))
+        return value
+    return [value] * n_layer
+
+
+# llama.cpp's sliding-window layer patterns (set_swa_pattern): layer il slides when
+# il % pattern < pattern - 1.
+GGUF_SWA_PATTERN = {'gemma2': 2, 'gemma3': 6, 'gpt-oss': 2, 'cohere2': 4}
+
+
+def _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary):
+    if summary.get('%s.attention.kv_lora_rank' % arch):
+        return [LAYER_MLA] * n_layer
+    kinds = [LAYER_FULL if kv else LAYER_NO_KV for kv in kv_heads]
+    if not window:
+        return kinds
+    pattern = summary.get('%s.attention.sliding_window_pattern' % arch)
+    if isinstance(pattern, list):
+        sliding = [bool(p) for p in _per_layer(pattern, n_layer, 'sliding_window_pattern')]
+    else:
+        period = int(pattern) if pattern else GGUF_SWA_PATTERN.get(arch, 1)
+        sliding = [(i % period) < period - 1 if period > 1 else True for i in range(n_layer)]
+    return [LAYER_SLIDING if (s and k == LAYER_FULL) else k for s, k in zip(sliding, kinds)]
+
+
+def spec_from_gguf(path):
+    """ModelSpec from a GGUF file (or a split set), sized from its tensor table."""
+    summary = gguf_reader.read_gguf(path)
+    arch = summary.get('general.architecture')
+    if not arch:
+        raise ModelSpecError('model', '%s: GGUF key general.architecture is missing' % path)
+    a = arch + '.'
+    n_layer = _gguf_int(summary, a + 'block_count')
+    n_embd = _gguf_int(summary, a + 'embedding_length')
+    n_head = _gguf_int(summary, a + 'attention.head_count')
+    head_max = max(n_head) if isinstance(n_head, list) else n_head
+    kv_raw = _gguf_int(summary, a + 'attention.head_count_kv', default=n_head)
+    kv_heads = _per_layer(kv_raw, n_layer, a + 'attention.head_count_kv')
+    key_length = _gguf_int(summary, a + 'attention.key_length', default=n_embd // head_max)
+    value_length = _gguf_int(summary, a + 'attention.value_length', default=n_embd // head_max)
+    ffn = _gguf_int(summary, a + 'feed_forward_length', default=0, required=False) or 0
+    ffn = max(ffn) if isinstance(ffn, list) else ffn
+    window = _gguf_int(summary, a + 'attention.sliding_window', required=False)
+    tensors = summary.tensors
+    by_name = dict((t.name, t) for t in tensors)
+    vocab = (_gguf_int(summary, a + 'vocab_size', required=False)
+             or summary.array_lengths.get('tokenizer.ggml.tokens'))
+    if not vocab and 'token_embd.weight' in by_name:
+        vocab = by_name['token_embd.weight'].shape[1]
+    if not vocab:
+        raise ModelSpecError('model', '%s: vocabulary size not found (no %svocab_size, '
+                             'tokenizer.ggml.tokens or token_embd.weight)' % (path, a))
+    block_bytes = [0] * n_layer
+    input_bytes = output_bytes = 0
+    for tensor in tensors:
+        match = BLOCK_TENSOR_RE.match(tensor.name)
+        if match and int(match.group(1)) < n_layer:
+            block_bytes[int(match.group(1))] += tensor.n_bytes
+        elif tensor.name.startswith(('token_embd', 'position_embd', 'token_types')):
+            input_bytes += tensor.n_bytes
+        else:
+            # output.weight, output_norm.*, and anything outside the repeating blocks
+            # (rope_freqs, blocks past block_count such as next-token-prediction layers)
+            output_bytes += tensor.n_bytes
+    tied = 'output.weight' not in by_name
+    file_type = summary.get('general.file_type')
+    file_type_name = None
+    if file_type is not None:
+        try:
+            file_type_name = gguf_reader.gguf.LlamaFileType(int(file_type)).name
+        except ValueError:
+            file_type_name = 'file_type_%d' % int(file_type)
+    layout = GGUFLayout(
+        file_type=file_type_name, block_bytes=block_bytes, input_bytes=input_bytes,
+        output_bytes=output_bytes, output_tied=tied, key_length=key_length,
+        value_length=value_length, kv_heads_per_layer=kv_heads, n_tensors=len(tensors),
+        split_files=list(summary.files) if len(summary.files) > 1 else [])
+    kinds = _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary)
+    kv_lora = _gguf_int(summary, a + 'attention.kv_lora_rank', required=False)
+    rope_dim = _gguf_int(summary, a + 'rope.dimension_count', required=False)
+    experts = _gguf_int(summary, a + 'expert_count', default=0, required=False) or 0
+    name = summary.get('general.name') or os.path.basename(path)
+    return ModelSpec(
+        name=str(name), source='gguf', architecture=str(arch), num_layers=n_layer,
+        hidden_size=n_embd, intermediate_size=ffn, num_attention_heads=head_max,
+        num_kv_heads=max(kv_heads), head_dim=key_length, vocab_size=int(vocab),
+        max_position_embeddings=_gguf_int(summary, a + 'context_length', default=4096),
+        tie_word_embeddings=tied, dtype_bytes=2, layer_kinds=kinds,
+        sliding_window=window if LAYER_SLIDING in kinds else None,
+        kv_lora_rank=kv_lora, qk_rope_head_dim=rope_dim if kv_lora else None,
+        num_experts=experts,
+        num_experts_per_tok=_gguf_int(summary, a + 'expert_used_count', default=0,
+                                      required=False) or 0,
+        moe_intermediate_size=_gguf_int(summary, a + 'expert_feed_forward_length', default=0,
+                                        required=False) or 0,
+        num_shared_experts=_gguf_int(summary, a + 'expert_shared_count', default=0,
+                                     required=False) or 0,
+        param_count=sum(t.n_elements for t in tensors),
+        weight_bytes=sum(t.n_bytes for t in tensors), weight_bytes_exact=True,
+        weight_bytes_note='sum of GGUF tensor sizes (%d tensors, %d file(s))'
+                          % (len(tensors), len(summary.files)),
+        quantization='gguf', gguf=layout,
+        extra={'file_type': file_type_name, 'gguf_path': summary.path},
+    )
+
+
+# ---------------------------------------------------------------- resolve
+
+def _catalog_key(name):
+    wanted = name.strip().lower()
+    for key in CATALOG:
+        if key.lower() == wanted:
+            return key
+    for alias, key in ALIASES.items():
+        if alias.lower() == wanted:
+            return key
+    return None
+
+
+def resolve_model(model):
+    """ModelSpec from a catalog name/alias, an HF config dict (optional ``weight_bytes``),
+    a model directory or a ``.gguf`` path."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, dict):
+        config = dict(model)
+        weight_bytes = config.pop('weight_bytes', None)
+        name = (config.pop('name', None) or config.get('_name_or_path')
+                or _architecture(config, _text_config(config)[0]))
+        return spec_from_hf_config(config, name, weight_bytes=weight_bytes,
+                                   weight_note='given with the model' if weight_bytes else None)
+    if not isinstance(model, str) or not model.strip():
+        raise ModelSpecError('model', 'expected a catalog name, an HF config dict, a model '
+                             'directory or a .gguf path; got %r' % (model,))
+    if model.lower().endswith(GGUF_SUFFIX):
+        return spec_from_gguf(model)
+    if os.path.isdir(model):
+        return spec_from_model_dir(model)
+    key = _catalog_key(model)
+    if key is not None:
+        return spec_from_catalog(key)
+    if os.path.isabs(model) or model.startswith('.'):
+        raise ModelSpecError('model', 'path %s does not exist' % model)
+    known = sorted(set(CATALOG) | set(ALIASES))
+    close = difflib.get_close_matches(model.lower(), [k.lower() for k in known], n=3,
+                                      cutoff=0.5)
+    close = [k for k in known if k.lower() in close]
+    raise ModelSpecError('model', "unknown model '%s'; known: %s%s" % (
+        model, ', '.join(sorted(ALIASES)),
+        ' (closest matches: %s)' % ', '.join(close) if close else ''))
+
+
+def catalog_names():
+    """Every catalog name (HF repo id) and alias."""
+    return sorted(CATALOG) + sorted(ALIASES)
+
+
+def catalog_specs():
+    """ModelSpec of every catalog entry, by name (for listings and tests)."""
+    return dict((name, spec_from_catalog(name)) for name in sorted(CATALOG))
+
+
+__all__ = [
+    'ArchDims', 'TensorGroup', 'QuantScheme', 'arch_dims', 'weight_tensor_groups',
+    'param_count', 'quant_scheme', 'group_stored_bytes', 'stored_weight_bytes',
+    'layer_kinds_from_config', 'spec_from_hf_config', 'spec_from_catalog',
+    'spec_from_model_dir', 'spec_from_gguf', 'resolve_model', 'catalog_names',
+    'catalog_specs', 'ROLE_EMBED', 'ROLE_LM_HEAD', 'ROLE_LINEAR', 'ROLE_EXPERT',
+    'ROLE_ROUTER', 'ROLE_VECTOR',
+]
