@@ -27,7 +27,8 @@ VLLM_KNOBS = (
 )
 LLAMA_KNOBS = (
     'gpu_layers', 'ctx_size', 'parallel', 'flash_attn', 'cache_type_k', 'cache_type_v',
-    'ubatch_size', 'batch_size', 'tensor_split', 'quantization',
+    'ubatch_size', 'batch_size', 'tensor_split', 'quantization', 'no_kv_offload',
+    'vram_reserve_bytes',
 )
 ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 

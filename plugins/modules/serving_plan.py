@@ -124,6 +124,12 @@ options:
   quantization:
     description: GGUF quantization type used to size a catalog model for llama-box / llama.cpp (for example C(Q4_K_M)).
     type: str
+  no_kv_offload:
+    description: llama-box / llama.cpp keep the whole KV cache in host memory (C(-nkvo)).
+    type: bool
+  vram_reserve_bytes:
+    description: llama-box / llama.cpp VRAM per GPU the planner keeps free (default 1 GiB, the GPUStack 0.7 reserve and llama.cpp's fit margin).
+    type: int
   fail_on_infeasible:
     description: Fail the task when the plan does not fit. With C(false) the plan is returned with C(feasible=false).
     type: bool
@@ -271,6 +277,8 @@ KNOB_TYPES = dict(
     batch_size=dict(type='int'),
     tensor_split=dict(type='list', elements='float'),
     quantization=dict(type='str'),
+    no_kv_offload=dict(type='bool'),
+    vram_reserve_bytes=dict(type='int'),
 )
 
 
