@@ -20,7 +20,7 @@ description:
   - Read-only. An infeasible plan fails with the terms that do not add up and what would fit,
     unless O(fail_on_infeasible=false).
 author:
-  - kvpin.fleet contributors
+  - kvpin.fleet contributors (!UNKNOWN)
 requirements:
   - gguf (Python package) only when O(model) is a C(.gguf) file.
 attributes:

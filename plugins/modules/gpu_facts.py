@@ -1,0 +1,296 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: gpu_facts
+short_description: Read the node's NVIDIA GPUs, memory and topology through NVML
+version_added: "0.1.0"
+description:
+  - Reads every NVIDIA GPU on the node through NVML (the C(pynvml) binding of
+    C(nvidia-ml-py) over C(libnvidia-ml.so.1)) and returns them as
+    C(ansible_facts.kvpin_gpus).
+  - Per GPU it reports index, UUID, name, memory total/used/free in bytes, compute
+    capability, PCI bus and device id, power limit, MIG mode, NVLink state and the
+    compute processes; between every pair of GPUs it reports the link
+    (C(NVLINK), C(PIX), C(PXB), C(PHB), C(NODE), C(SYS)) and whether P2P reads and
+    writes are possible.
+  - A node without the NVML library or without a loaded NVIDIA driver is a normal
+    answer (no GPUs, with the reason), unless O(required=true).
+  - Never changes anything on the node.
+options:
+  required:
+    description:
+      - Fail when NVML cannot be used on the node (no library, driver not loaded)
+        instead of returning an empty GPU list with the reason.
+    type: bool
+    default: false
+  library_path:
+    description:
+      - Path of the C(libnvidia-ml.so.1) to use instead of the one the dynamic loader
+        finds, for example a stub library in tests.
+      - A path that cannot be loaded fails the module.
+    type: path
+requirements:
+  - nvidia-ml-py (provides the C(pynvml) module) on the managed node
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; check mode returns the same facts.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to diff.
+  facts:
+    support: full
+    description: Returns C(ansible_facts.kvpin_gpus).
+notes:
+  - Memory figures are bytes. With drivers that have NVML's v2 memory query,
+    C(memory_used) excludes the memory the driver reserves for itself, reported
+    separately as C(memory_reserved), and C(memory_free = memory_total -
+    memory_reserved - memory_used).
+author:
+  - kvpin.fleet contributors (!UNKNOWN)
+'''
+
+EXAMPLES = r'''
+- name: Read the GPUs of every node
+  kvpin.fleet.gpu_facts:
+
+- name: A node that must have GPUs
+  kvpin.fleet.gpu_facts:
+    required: true
+
+- name: Show the free memory of each GPU
+  ansible.builtin.debug:
+    msg: "{{ item.name }}: {{ item.memory_free }} bytes free"
+  loop: "{{ ansible_facts.kvpin_gpus.gpus }}"
+
+- name: Read the GPUs from a stub NVML library (tests)
+  kvpin.fleet.gpu_facts:
+    library_path: /opt/kvpin/nvml-stub/libnvidia-ml.so.1
+  environment:
+    KVPIN_NVML_STUB_CONFIG: /etc/kvpin/nvml-stub.json
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts to add to the host's ansible_facts.
+  returned: always
+  type: dict
+  contains:
+    kvpin_gpus:
+      description: The node's NVIDIA GPUs as NVML reports them.
+      returned: always
+      type: dict
+      contains:
+        driver_version:
+          description: NVIDIA driver version; null without NVML.
+          returned: always
+          type: str
+          sample: "570.133.20"
+        cuda_driver_version:
+          description: Newest CUDA version the driver supports, C(major.minor); null without NVML.
+          returned: always
+          type: str
+          sample: "12.8"
+        nvml_version:
+          description: NVML library version; null without NVML or where NVML does not report it.
+          returned: always
+          type: str
+          sample: "12.570.133.20"
+        gpu_count:
+          description: Number of GPUs.
+          returned: always
+          type: int
+          sample: 2
+        reason:
+          description: Why there are no GPUs (no NVML library, driver not loaded); null when NVML answered.
+          returned: always
+          type: str
+          sample: null
+        gpus:
+          description: One entry per GPU, in NVML index order.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: NVML index.
+              type: int
+              returned: always
+              sample: 0
+            uuid:
+              description: GPU UUID.
+              type: str
+              returned: always
+              sample: GPU-8a29a722-39c6-4ad5-8e55-3d7229938a7f
+            name:
+              description: Product name.
+              type: str
+              returned: always
+              sample: NVIDIA GeForce RTX 4090
+            memory_total:
+              description: Total memory, bytes.
+              type: int
+              returned: always
+              sample: 25757220864
+            memory_used:
+              description: Memory allocated by contexts, bytes (includes the reserved part where the driver lacks the v2 query).
+              type: int
+              returned: always
+              sample: 481296384
+            memory_free:
+              description: Memory still available, bytes.
+              type: int
+              returned: always
+              sample: 25275924480
+            memory_reserved:
+              description: Memory the driver and firmware reserve, bytes; null where the driver lacks the v2 query.
+              type: int
+              returned: always
+              sample: 0
+            compute_capability:
+              description: CUDA compute capability, C(major.minor).
+              type: str
+              returned: always
+              sample: "8.9"
+            pci_bus_id:
+              description: PCI bus id.
+              type: str
+              returned: always
+              sample: "00000000:01:00.0"
+            pci_device_id:
+              description: PCI device id and vendor id, as NVML combines them.
+              type: str
+              returned: always
+              sample: "0x268410de"
+            power_limit_watts:
+              description: Power limit in effect, watts; null where the GPU reports none.
+              type: float
+              returned: always
+              sample: 450.0
+            mig_mode:
+              description: MIG mode, current and pending; null on GPUs without MIG.
+              type: dict
+              returned: always
+              sample: null
+              contains:
+                current:
+                  description: MIG enabled now.
+                  type: bool
+                  returned: when the GPU supports MIG
+                pending:
+                  description: MIG enabled after the next GPU reset.
+                  type: bool
+                  returned: when the GPU supports MIG
+            nvlink_active_links:
+              description: Number of NVLinks up; null on GPUs without NVLink.
+              type: int
+              returned: always
+              sample: 4
+            processes:
+              description: Compute processes on the GPU; null where NVML cannot list them.
+              type: list
+              elements: dict
+              returned: always
+              contains:
+                pid:
+                  description: Process id.
+                  type: int
+                  returned: always
+                used_memory:
+                  description: GPU memory the process uses, bytes; null where the driver cannot tell.
+                  type: int
+                  returned: always
+        topology:
+          description: One entry per unordered pair of GPUs.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            gpu_a:
+              description: Index of the first GPU.
+              type: int
+              returned: always
+            gpu_b:
+              description: Index of the second GPU.
+              type: int
+              returned: always
+            link:
+              description:
+                - How the pair is connected, as in C(nvidia-smi topo -m) - C(NVLINK), C(PIX), C(PXB),
+                  C(PHB), C(NODE) or C(SYS); null where NVML cannot tell.
+              type: str
+              returned: always
+              sample: PHB
+            p2p_read:
+              description: P2P reads between the pair are possible.
+              type: bool
+              returned: always
+            p2p_write:
+              description: P2P writes between the pair are possible.
+              type: bool
+              returned: always
+            nvlink:
+              description: The pair is connected by NVLink.
+              type: bool
+              returned: always
+'''
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
+    NvmlProbeError,
+    preload_library,
+    probe,
+)
+
+try:
+    import pynvml
+except ImportError:
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+    pynvml = None
+else:
+    PYNVML_IMPORT_ERROR = None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            required=dict(type='bool', default=False),
+            library_path=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    if pynvml is None:
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py'), exception=PYNVML_IMPORT_ERROR)
+
+    library_path = module.params['library_path']
+    if library_path:
+        try:
+            preload_library(library_path)
+        except OSError as exc:
+            module.fail_json(msg='Cannot load the NVML library at library_path %s: %s' % (library_path, exc))
+
+    try:
+        facts = probe(pynvml)
+    except NvmlProbeError as exc:
+        module.fail_json(msg='NVML error while reading the GPUs: %s' % exc, nvml_call=exc.call)
+    except Exception as exc:  # e.g. a library answering bytes that are not UTF-8: report, never a traceback
+        module.fail_json(msg='Unexpected error while reading the GPUs through NVML: %s: %s'
+                         % (type(exc).__name__, exc), exception=traceback.format_exc())
+
+    if module.params['required'] and facts['reason']:
+        module.fail_json(msg='No usable NVIDIA GPUs and required=true: %s' % facts['reason'])
+    module.exit_json(changed=False, ansible_facts=dict(kvpin_gpus=facts))
+
+
+if __name__ == '__main__':
+    main()

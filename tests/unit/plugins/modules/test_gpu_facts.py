@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_facts end to end: the module runs in its own Python process the way Ansible runs
+it (an args file holding ANSIBLE_MODULE_ARGS), with the real pynvml over the stub
+libnvidia-ml.so.1, and its JSON answer is checked."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import MiB
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'gpu_facts.py')
+FIXTURES = os.path.join(ROOT, 'tests', 'fixtures', 'nvml')
+BUILD_SCRIPT = os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')
+# The directory holding ansible_collections/kvpin/fleet (tests/conftest.py puts it on sys.path).
+COLLECTIONS_ROOT = next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
+
+# Runs the module with `import pynvml` failing, as on a node without nvidia-ml-py.
+WITHOUT_PYNVML = (
+    "import runpy, sys; sys.modules['pynvml'] = None; "
+    "sys.argv = [sys.argv[1], sys.argv[2]]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+@pytest.fixture(scope='module')
+def stub_library():
+    return subprocess.run([BUILD_SCRIPT], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def fixture_path(name):
+    return os.path.join(FIXTURES, name + '.json')
+
+
+def run_module(tmp_path, args, stub_config=None, ld_library_path=None, without_pynvml=False):
+    """Run gpu_facts; returns its result dict. Only the environment given here
+    reaches the module: no LD_LIBRARY_PATH or stub config leaks in from the test run."""
+    args_file = tmp_path / 'args.json'
+    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': COLLECTIONS_ROOT,
+           'HOME': str(tmp_path), 'LC_ALL': 'C.UTF-8'}
+    if stub_config:
+        env['KVPIN_NVML_STUB_CONFIG'] = stub_config
+    if ld_library_path:
+        env['LD_LIBRARY_PATH'] = ld_library_path
+    if without_pynvml:
+        cmd = [sys.executable, '-c', WITHOUT_PYNVML, MODULE, str(args_file)]
+    else:
+        cmd = [sys.executable, MODULE, str(args_file)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert 'Traceback' not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize('node, names', [
+    ('lab-a6000x4', ['NVIDIA RTX A6000'] * 4),
+    ('lab-4090x4', ['NVIDIA GeForce RTX 4090'] * 4),
+    ('lab-4090x2', ['NVIDIA GeForce RTX 4090'] * 2),
+    ('lab-mixed', ['NVIDIA RTX A6000', 'NVIDIA GeForce RTX 4090']),
+])
+def test_lab_node_facts(tmp_path, stub_library, node, names):
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path(node))
+    assert result.get('failed') is not True, result
+    assert result['changed'] is False
+    facts = result['ansible_facts']['kvpin_gpus']
+    assert facts['reason'] is None
+    assert [g['name'] for g in facts['gpus']] == names
+    assert facts['gpu_count'] == len(names)
+    assert len(facts['topology']) == len(names) * (len(names) - 1) // 2
+
+
+def test_library_found_through_the_loader_path(tmp_path, stub_library):
+    """How the lab nodes run it: no library_path, the stub is on the library path."""
+    result = run_module(tmp_path, {}, stub_config=fixture_path('lab-a6000x4'),
+                        ld_library_path=os.path.dirname(stub_library))
+    facts = result['ansible_facts']['kvpin_gpus']
+    assert [g['memory_total'] for g in facts['gpus']] == [49140 * MiB] * 4
+
+
+def test_check_mode_returns_the_same_facts(tmp_path, stub_library):
+    args = {'library_path': stub_library}
+    normal = run_module(tmp_path, args, stub_config=fixture_path('lab-4090x2'))
+    checked = run_module(tmp_path, dict(args, _ansible_check_mode=True), stub_config=fixture_path('lab-4090x2'))
+    assert checked['changed'] is False
+    assert checked['ansible_facts'] == normal['ansible_facts']
+
+
+def test_edited_fixture_changes_the_facts(tmp_path, stub_library):
+    with open(fixture_path('lab-4090x2')) as f:
+        data = json.load(f)
+    data['devices'][1]['memory_used'] = 20000 * MiB  # someone else's job on GPU 1
+    edited = tmp_path / 'edited.json'
+    edited.write_text(json.dumps(data))
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=str(edited))
+    gpu = result['ansible_facts']['kvpin_gpus']['gpus'][1]
+    assert gpu['memory_used'] == 20000 * MiB
+    assert gpu['memory_free'] == (24564 - 20000) * MiB
+
+
+def test_no_driver_gives_no_gpus_and_the_reason(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('no-gpu'))
+    assert result.get('failed') is not True
+    facts = result['ansible_facts']['kvpin_gpus']
+    assert facts['gpus'] == [] and facts['gpu_count'] == 0
+    assert 'driver not loaded' in facts['reason']
+
+
+def test_no_driver_fails_when_required(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library, 'required': True},
+                        stub_config=fixture_path('no-gpu'))
+    assert result['failed'] is True
+    assert 'required=true' in result['msg'] and 'driver not loaded' in result['msg']
+
+
+@pytest.mark.skipif(ctypes.util.find_library('nvidia-ml') is not None,
+                    reason='this machine has a real libnvidia-ml')
+@pytest.mark.parametrize('required', [False, True])
+def test_no_nvml_library(tmp_path, required):
+    result = run_module(tmp_path, {'required': required})
+    if required:
+        assert result['failed'] is True and 'libnvidia-ml.so.1 not found' in result['msg']
+    else:
+        facts = result['ansible_facts']['kvpin_gpus']
+        assert facts['gpus'] == [] and 'libnvidia-ml.so.1 not found' in facts['reason']
+
+
+def test_midprobe_failure_names_the_call(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('fail-midprobe'))
+    assert result['failed'] is True
+    assert result['nvml_call'] == 'nvmlDeviceGetMemoryInfo_v2'
+    assert 'nvmlDeviceGetMemoryInfo_v2 failed on GPU 1' in result['msg']
+    assert 'Unknown Error' in result['msg']
+    assert 'ansible_facts' not in result
+
+
+def test_missing_pynvml_names_the_package(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('lab-4090x2'),
+                        without_pynvml=True)
+    assert result['failed'] is True
+    assert 'nvidia-ml-py' in result['msg'] and 'Failed to import' in result['msg']
+    # ansible-core 2.19 adds the import traceback only when traceback capture is on
+    assert 'pynvml' in result.get('exception', 'pynvml')
+
+
+def test_unloadable_library_path_fails(tmp_path):
+    result = run_module(tmp_path, {'library_path': str(tmp_path / 'missing' / 'libnvidia-ml.so.1')})
+    assert result['failed'] is True
+    assert 'Cannot load the NVML library' in result['msg']
+
+
+def test_facts_reach_later_tasks_through_ansible_playbook(tmp_path, stub_library):
+    """The real Ansible path (AnsiballZ bundling of module_utils, fact registration),
+    on localhost through the local connection: no network."""
+    playbook_bin = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
+    if not os.path.exists(playbook_bin):
+        pytest.skip('ansible-playbook is not next to this Python')
+    playbook = tmp_path / 'play.yml'
+    playbook.write_text('''
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - kvpin.fleet.gpu_facts:
+        library_path: %s
+    - ansible.builtin.assert:
+        that:
+          - kvpin_gpus.gpu_count == 2
+          - ansible_facts.kvpin_gpus.gpus | map(attribute='name') | list == ['NVIDIA RTX A6000', 'NVIDIA GeForce RTX 4090']
+          - ansible_facts.kvpin_gpus.topology[0].link == 'PHB'
+''' % stub_library)
+    env = dict(os.environ, KVPIN_NVML_STUB_CONFIG=fixture_path('lab-mixed'), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_ROOT,
+               ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0', HOME=str(tmp_path))
+    proc = subprocess.run([playbook_bin, '-i', 'localhost,', '-c', 'local', '-e',
+                           'ansible_python_interpreter=%s' % sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'ok=2' in proc.stdout and 'failed=0' in proc.stdout
