@@ -23,7 +23,7 @@ BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
 VLLM_KNOBS = (
     'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
     'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
-    'pin_kv_cache_memory',
+    'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate',
 )
 LLAMA_KNOBS = (
     'gpu_layers', 'ctx_size', 'parallel', 'flash_attn', 'cache_type_k', 'cache_type_v',

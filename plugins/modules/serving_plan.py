@@ -93,6 +93,14 @@ options:
   pin_kv_cache_memory:
     description: Pin the KV pool with C(--kv-cache-memory-bytes) where the vLLM version has it.
     type: bool
+  kv_cache_memory_bytes:
+    description: vLLM KV pool per GPU in bytes (C(--kv-cache-memory-bytes), vLLM 0.10.2 and later); the budget is then exactly this.
+    type: int
+  cudagraph_memory_estimate:
+    description:
+      - vLLM 0.18 and 0.19 - charge the CUDA graph estimate to the budget
+        (C(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), the default from 0.20).
+    type: bool
   gpu_layers:
     description: llama-box / llama.cpp layers resident on GPU (C(-ngl)).
     type: int
@@ -267,6 +275,8 @@ KNOB_TYPES = dict(
     block_size=dict(type='int'),
     enforce_eager=dict(type='bool'),
     pin_kv_cache_memory=dict(type='bool'),
+    kv_cache_memory_bytes=dict(type='int'),
+    cudagraph_memory_estimate=dict(type='bool'),
     gpu_layers=dict(type='int'),
     ctx_size=dict(type='int'),
     parallel=dict(type='int'),

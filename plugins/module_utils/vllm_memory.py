@@ -1,0 +1,990 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vLLM (V1 engine) memory model per GPU, and the derivation of the flags that pin it.
+
+How vLLM sizes its KV cache (research/vllm_memory.md §1-2), per GPU, in bytes:
+
+    budget  = total * gpu_memory_utilization              (or --kv-cache-memory-bytes)
+    kv      = budget - weights - activation_peak - non_torch_inside (- cuda_graph_pool from 0.20)
+    outside = cuda_context (+ nccl from 0.11) (+ cuda_graph_pool up to 0.19)
+              + profiler underestimate buffer + safety margin   must fit in total * (1 - util)
+
+The outside check is what the field report ran into: at util 0.92 on 4 x RTX A6000 (TP=4,
+vLLM <= 0.19) the graph pool, the CUDA context and the allocator's slack do not fit in 8 %
+of the card. Every estimated term below says what it was fitted on. Public entry point:
+``plan_vllm(spec, gpus, traffic, knobs, backend_version) -> Plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+    LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING)
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
+    GpuMemory, Plan, PlanInputError)
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
+
+# ----------------------------------------------------------------------------------------
+# Fitted and policy constants. "llm-d H100" = the H100 80GB rows of
+# validation/vllm_public.json (llm-d-benchmark empirical-vllm-memory-results.md).
+
+# CUDA context + driver reservations of the vLLM process, held before the memory snapshot:
+# llm-d H100 TP=1 logs 78.57 of 79.18 GiB free at startup -> 0.61 GiB. Smaller (Ampere/Ada)
+# cards hold a little less; the H100 figure is kept as the upper value.
+CUDA_CONTEXT_BYTES = int(0.61 * GiB)
+# Non-torch growth measured by the profiler at TP=1 (cuBLAS/cuBLASLt workspaces, attention
+# backend buffers): 0.13-0.14 GiB in every llm-d H100 TP=1 row.
+NON_TORCH_GROWTH_BYTES = int(0.13 * GiB)
+# Extra non-torch growth at TP>1 charged inside the budget in every version (custom
+# all-reduce / pynccl workspaces): llm-d H100 TP=2 logs 0.54-0.55 GiB vs 0.13 at TP=1.
+TP_WORKSPACE_BYTES = int(0.42 * GiB)
+# NCCL channel buffers (Simple + LL128 + LL protocol buffers, proxy state) per channel per
+# ring connection: llm-d H100 TP=2 (0.11-era baseline) holds 77.64 vs 78.57 GiB free at TP=1
+# -> 0.93 GiB for one peer on NVLink, where NCCL runs 32 channels. PCIe cards get few
+# channels (NCCL picks 2-4 on PCIe). A ring rank connects to min(tp - 1, 2) neighbours.
+NCCL_BYTES_PER_CHANNEL_CONNECTION = int(0.93 * GiB) // 32
+NCCL_CHANNELS_NVLINK = 32
+NCCL_CHANNELS_PCIE = 4
+NVLINK_CLASS_NAME_HINTS = ('sxm', 'hbm', 'h100', 'h200', 'h800', 'h20', 'b200', 'b300', 'gb200', 'gb300')
+# Sampler warm-up of the profile run: [min(max_num_seqs, max_num_batched_tokens), vocab]
+# fp32 logits plus top-k/top-p sort values/indices and probabilities. Least squares over the
+# 7 llm-d H100 rows (vocab 128256-201088, 0.6B-120B, TP 1-2, max_num_seqs 1024,
+# max_num_batched_tokens 8192): 38.19 B per logit element + 1.36 copies of the
+# [max_num_batched_tokens, hidden] hidden states; residual <= 0.005 GiB on every row.
+SAMPLER_BYTES_PER_LOGIT_X100 = 3819
+HIDDEN_STATE_COPIES_X100 = 136
+# Forward pass of the profile run (what dominates when max_num_seqs is small or chunked
+# prefill is off): residual + hidden + two norm outputs, and the FFN gate/up (2 x ffn) +
+# activation output (1 x ffn), sharded by TP. Physical, not fitted.
+FORWARD_HIDDEN_COPIES = 4
+FORWARD_FFN_COPIES = 3
+# CUDA-graph pool. (1) graph nodes and per-size bookkeeping, proportional to layers x captured
+# sizes: 0.60 GiB for Llama-3.3-70B-FP8 (80 layers, 67 sizes, H100 TP=1, llm-d) -> 7.7 MiB per
+# layer, rounded up to 8 MiB (smaller single-GPU rows log 0.09-0.52 GiB, below this line);
+# (2) the largest graph's intermediates (physical); (3) at TP>1 without vLLM's custom
+# all-reduce (PCIe cards), NCCL collectives captured in graphs: ~2.4 GiB per RTX 4090 at TP=4
+# in V0 (vllm#7553) minus (1) -> 1 GiB per ring connection; with NVLink (custom all-reduce)
+# the llm-d H100 TP=2 rows log no graph growth. V0 itself warned "CUDA graphs can take
+# additional 1~3 GiB memory per GPU"; Llama-3.1-8B-INT8 logged 2.02 GiB on early V1 (vllm#14286).
+GRAPH_BYTES_PER_LAYER = 8 * MiB
+GRAPH_REFERENCE_CAPTURE_COUNT = 67
+GRAPH_COLLECTIVE_BYTES_PER_CONNECTION = 1 * GiB
+# vLLM's own "profiling may slightly underestimate" buffer (mem_utils, 0.10.2+ suggestion line).
+PROFILER_UNDERESTIMATE_BYTES = 150 * MiB
+# Policy: VRAM kept free on every card beyond everything modelled, for caching-allocator
+# fragmentation under mixed prefill/decode (vllm#2248, PR #37428), prefill peaks above the
+# profiled one (long prompts, MoE imbalance: "exceeds profiled peak by ~3 GiB" on a 96 GB
+# RTX PRO 6000, rtx6kpro#103, i.e. ~3 %) and unprofiled logprobs (vllm#5907). 3 % of the
+# card, at least 512 MiB. Scales with the card because the peaks scale with the batch the
+# card can hold.
+SAFETY_MARGIN_FRACTION_X1000 = 30
+SAFETY_MARGIN_MIN_BYTES = 512 * MiB
+
+TP_CANDIDATES = (1, 2, 4, 8)
+MAX_MODEL_LEN_LIMIT = 16 * 1024 * 1024
+MAX_NUM_SEQS_LIMIT = 100000
+MAX_NUM_BATCHED_TOKENS_LIMIT = 4 * 1024 * 1024
+KNOWN_KNOBS = ('tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
+               'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
+               'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate')
+FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.7) or llama.cpp '
+                 '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)')
+
+
+def safety_margin_bytes(total):
+    return max(total * SAFETY_MARGIN_FRACTION_X1000 // 1000, SAFETY_MARGIN_MIN_BYTES)
+
+
+def _gib(n):
+    return fmt_bytes(n)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def next_power_of_two(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def floor_util(numerator, total):
+    """floor(numerator / total) to 0.01, as a float with two decimals."""
+    return max(0, numerator * 100 // total) / 100.0
+
+
+def util_bytes(total, util):
+    """total * util as vLLM requests it (math.ceil)."""
+    return _cdiv(total * int(round(util * 10000)), 10000)
+
+
+# ---------------------------------------------------------------- KV cache
+def kv_heads_per_gpu(spec, tp):
+    """KV heads one rank stores: replicated when fewer than TP (vLLM get_num_kv_heads)."""
+    return max(1, spec.num_kv_heads // tp)
+
+
+def layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes):
+    if kind in (LAYER_FULL, LAYER_SLIDING):
+        return 2 * kv_heads_per_gpu(spec, tp) * spec.head_dim * kv_dtype_bytes
+    if kind == LAYER_MLA:
+        # latent + rope key, no separate V, replicated on every TP rank
+        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_dtype_bytes
+    return 0
+
+
+def kv_bytes_per_token(spec, tp, kv_dtype_bytes):
+    """Per-GPU KV bytes for one token over all layers (Llama-3.3-70B bf16 TP1: 327,680)."""
+    return sum(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in spec.layer_kinds)
+
+
+@dataclass
+class KvLayout:
+    """How the block pool is laid out for one model on one rank."""
+    block_size: int
+    bytes_per_token: int            # all KV layers, one token
+    bytes_per_block: int            # one block id across the pool's group tensors
+    groups: Dict[str, int]          # layer kind -> number of groups of group_size layers
+    group_size: int
+    sliding_window: int
+    max_num_batched_tokens: int
+    rule: str
+
+    @property
+    def hybrid(self):
+        return len(self.groups) > 1 or any(k == LAYER_SLIDING for k in self.groups)
+
+    def blocks_per_request(self, tokens):
+        """Blocks one request of ``tokens`` tokens holds (kv_cache_interface max_memory_usage)."""
+        blocks = 0
+        for kind, count in self.groups.items():
+            if kind == LAYER_SLIDING:
+                held = min(self.sliding_window - 1 + self.max_num_batched_tokens, tokens)
+                blocks += count * (_cdiv(held, self.block_size) + 1)
+            else:
+                blocks += count * _cdiv(tokens, self.block_size)
+        return blocks
+
+
+def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
+    counts = {}
+    for kind in spec.layer_kinds:
+        if kind != LAYER_NO_KV:
+            counts[kind] = counts.get(kind, 0) + 1
+    per_token = kv_bytes_per_token(spec, tp, kv_dtype_bytes)
+    if not counts:
+        raise PlanInputError('model', '%s has no attention layer with a KV cache; vLLM state-space '
+                             'only models are not modelled' % spec.name)
+    if len(counts) == 1:
+        kind = next(iter(counts))
+        group_size = counts[kind]
+        groups = {kind: 1}
+        bytes_per_block = block_size * per_token
+        if kind == LAYER_SLIDING:
+            rule = ('all %d layers use a %d-token sliding window: a request holds at most '
+                    'min(window - 1 + max_num_batched_tokens, len) tokens + 1 block'
+                    % (group_size, spec.sliding_window))
+        else:
+            rule = 'one KV group of %d layers: a request of L tokens holds ceil(L / %d) blocks' % (
+                group_size, block_size)
+    else:
+        # Hybrid KV cache manager: groups of equal layer count share one block pool; a block id
+        # is one page in every group tensor, so bytes_per_block sums the largest group's layers.
+        group_size = min(counts.values())
+        groups = {kind: _cdiv(n, group_size) for kind, n in counts.items()}
+        page_per_layer = max(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in counts)
+        bytes_per_block = block_size * group_size * page_per_layer
+        rule = ('hybrid KV manager: %s, groups of %d layers share one block pool (%s per block); '
+                'full groups hold ceil(L / bs) blocks per request, sliding groups '
+                'ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1' % (
+                    ', '.join('%d %s layers' % (n, k) for k, n in sorted(counts.items())),
+                    group_size, _gib(bytes_per_block)))
+    return KvLayout(block_size=block_size, bytes_per_token=per_token, bytes_per_block=bytes_per_block,
+                    groups=groups, group_size=group_size, sliding_window=spec.sliding_window or 0,
+                    max_num_batched_tokens=max_num_batched_tokens, rule=rule)
+
+
+# ---------------------------------------------------------------- weights
+def _attention_layers(spec):
+    return sum(1 for k in spec.layer_kinds if k in (LAYER_FULL, LAYER_SLIDING))
+
+
+def weights_per_gpu(spec, tp):
+    """(bytes, terms, explain) of the weights one TP rank loads."""
+    sharded = spec.weight_bytes // tp
+    replicated = spec.replicated_bytes - spec.replicated_bytes // tp
+    kv_replication = 0
+    if spec.num_kv_heads < tp and spec.num_kv_heads > 0:
+        # each rank holds one whole KV head of k_proj and v_proj instead of kv_heads / tp
+        proj = 2 * spec.hidden_size * spec.head_dim * _attention_layers(spec)
+        if spec.param_count:
+            kv_replication = proj * spec.weight_bytes * (tp - spec.num_kv_heads) // (spec.param_count * tp)
+        else:
+            kv_replication = proj * spec.dtype_bytes * (tp - spec.num_kv_heads) // tp
+    expert_padding = 0
+    if spec.quantization == 'mxfp4':
+        expert_bytes = spec.extra.get('weight_bytes_by_role', {}).get('expert', 0)
+        expert_padding = prof.mxfp4_expert_padding(expert_bytes, spec.moe_intermediate_size) // tp
+    total = sharded + replicated + kv_replication + expert_padding
+    terms = {'weights_sharded': sharded, 'weights_replicated': replicated,
+             'weights_kv_proj_replication': kv_replication,
+             'weights_mxfp4_expert_padding': expert_padding}
+    explain = ('%s stored weights / TP %d = %s%s%s%s (%s)' % (
+        _gib(spec.weight_bytes), tp, _gib(sharded),
+        (' + replicated parts %s' % _gib(replicated)) if replicated else '',
+        (' + k/v projections replicated (%d KV heads < TP %d) %s' % (
+            spec.num_kv_heads, tp, _gib(kv_replication))) if kv_replication else '',
+        (' + MXFP4 experts padded to 256-wide by vLLM %s' % _gib(expert_padding)) if expert_padding else '',
+        spec.weight_bytes_note or ('exact' if spec.weight_bytes_exact else 'from the model spec')))
+    return total, terms, explain
+
+
+# ---------------------------------------------------------------- activation
+def ffn_width(spec):
+    if spec.intermediate_size:
+        return spec.intermediate_size
+    return spec.moe_intermediate_size * max(1, spec.num_experts_per_tok)
+
+
+def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens):
+    """(bytes, terms, explain): the profile run's torch peak above the weights."""
+    sampler_requests = min(max_num_seqs, max_num_batched_tokens)
+    sampler = sampler_requests * spec.vocab_size * SAMPLER_BYTES_PER_LOGIT_X100 // 100
+    hidden_states = (max_num_batched_tokens * spec.hidden_size * spec.dtype_bytes
+                     * HIDDEN_STATE_COPIES_X100 // 100)
+    forward = max_num_batched_tokens * spec.dtype_bytes * (
+        FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
+    sampler_phase = sampler + hidden_states
+    peak = max(sampler_phase, forward)
+    terms = {'activation_sampler_warmup': sampler, 'activation_hidden_states': hidden_states,
+             'activation_forward_pass': forward}
+    explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s, forward pass %s) = %s; '
+               'sampler = min(max_num_seqs %d, max_num_batched_tokens %d) x vocab %d x 38.19 B '
+               '(fp32 logits + top-k/top-p sort buffers, gathered to full vocab on every rank) and '
+               'hidden states = 1.36 x %d tokens x hidden %d x %d B, both least-squares fitted on '
+               'the 7 llm-d H100 vLLM V1 rows (residual <= 0.005 GiB); forward = %d tokens x (4 x '
+               'hidden + 3 x FFN %d / TP %d) x %d B (physical)' % (
+                   _gib(sampler), _gib(hidden_states), _gib(forward), _gib(peak), max_num_seqs,
+                   max_num_batched_tokens, spec.vocab_size, max_num_batched_tokens,
+                   spec.hidden_size, spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp,
+                   spec.dtype_bytes))
+    return peak, terms, explain
+
+
+# ---------------------------------------------------------------- non-torch and graphs
+def ring_connections(tp):
+    return min(tp - 1, 2) if tp > 1 else 0
+
+
+def nccl_channels(gpu_name):
+    name = (gpu_name or '').lower()
+    if 'pcie' not in name and any(hint in name for hint in NVLINK_CLASS_NAME_HINTS):
+        return NCCL_CHANNELS_NVLINK
+    return NCCL_CHANNELS_PCIE
+
+
+def nccl_buffer_bytes(tp, gpu_name):
+    return ring_connections(tp) * nccl_channels(gpu_name) * NCCL_BYTES_PER_CHANNEL_CONNECTION
+
+
+OUTSIDE_LABELS = {'cuda_context': 'CUDA context', 'nccl_buffers': 'NCCL buffers',
+                  'cublas_workspaces': 'cuBLAS workspaces', 'cuda_graph_pool': 'CUDA graph pool'}
+
+
+def outside_terms(acct, graphs_inside, tp, gpu, graph_pool):
+    """(named terms, resident, required) that vLLM holds outside total * util on one GPU.
+
+    resident = what really sits there while serving; required = resident + vLLM's profiler
+    buffer + the safety margin: total * (1 - util) must be at least this."""
+    total = gpu['memory_total']
+    parts = {'cuda_context': CUDA_CONTEXT_BYTES}
+    if acct.nccl_in_baseline and tp > 1:
+        parts['nccl_buffers'] = nccl_buffer_bytes(tp, gpu.get('name'))
+    if acct.cublas_in_baseline:
+        parts['cublas_workspaces'] = NON_TORCH_GROWTH_BYTES
+    if not graphs_inside and graph_pool:
+        parts['cuda_graph_pool'] = graph_pool
+    resident = sum(parts.values())
+    return parts, resident, resident + PROFILER_UNDERESTIMATE_BYTES + safety_margin_bytes(total)
+
+
+def custom_allreduce(tp, gpu_name):
+    """vLLM's custom all-reduce (IPC buffers, no NCCL inside CUDA graphs) is disabled when
+    ``world_size > 2 and not fully_connected`` ("not supported on more than two PCIe-only
+    GPUs", custom_all_reduce.py); at TP=2 on PCIe it needs P2P, which a GPU name cannot tell:
+    assumed absent, the conservative side. Without it graph-captured collectives go through NCCL."""
+    return tp > 1 and nccl_channels(gpu_name) == NCCL_CHANNELS_NVLINK
+
+
+def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
+    """(bytes, terms, explain) of the CUDA-graph memory pool per GPU (0 with no capture)."""
+    if not capture_sizes:
+        return 0, {}, 'enforce_eager: no CUDA graphs captured'
+    count = len(capture_sizes)
+    largest = capture_sizes[-1]
+    nodes = GRAPH_BYTES_PER_LAYER * spec.num_layers * count // GRAPH_REFERENCE_CAPTURE_COUNT
+    intermediates = largest * spec.dtype_bytes * (
+        FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
+    nccl_in_graphs = tp > 1 and not custom_allreduce(tp, gpu_name)
+    collectives = GRAPH_COLLECTIVE_BYTES_PER_CONNECTION * ring_connections(tp) if nccl_in_graphs else 0
+    total = nodes + intermediates + collectives
+    terms = {'cuda_graph_nodes': nodes, 'cuda_graph_intermediates': intermediates,
+             'cuda_graph_collectives': collectives}
+    if nccl_in_graphs:
+        comm = ('NCCL collectives captured in graphs 1 GiB x %d ring connections = %s (fitted: ~2.4 GiB '
+                'per RTX 4090 at TP4, vllm#7553)' % (ring_connections(tp), _gib(collectives)))
+    elif tp > 1:
+        comm = 'no NCCL in graphs (custom all-reduce over NVLink)'
+    else:
+        comm = 'no collectives (TP 1)'
+    explain = ('%d captured sizes up to %d: graph nodes 8 MiB x %d layers x %d/67 = %s (fitted: '
+               '0.60 GiB Llama-3.3-70B-FP8 H100 TP1, llm-d) + largest graph intermediates %s '
+               '(physical) + %s = %s; an estimate, logs show 0.1-2.5 GiB per GPU' % (
+                   count, largest, spec.num_layers, count, _gib(nodes), _gib(intermediates),
+                   comm, _gib(total)))
+    return total, terms, explain
+
+
+# ---------------------------------------------------------------- inputs
+def _int_knob(knobs, name, low, high):
+    value = knobs.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            value = int(float(value))
+        except (TypeError, ValueError):
+            raise PlanInputError(name, 'must be a whole number, got %r' % (value,))
+    if value < low:
+        raise PlanInputError(name, 'must be >= %d, got %d' % (low, value))
+    if value > high:
+        raise PlanInputError(name, 'must be <= %d, got %d (typo?)' % (high, value))
+    return value
+
+
+def _bool_knob(knobs, name):
+    value = knobs.get(name)
+    if value is None or isinstance(value, bool):
+        return value
+    raise PlanInputError(name, 'must be true or false, got %r' % (value,))
+
+
+def _check_spec(spec):
+    if spec.weight_bytes <= 0:
+        raise PlanInputError('model', '%s: weight_bytes must be > 0, got %d' % (spec.name, spec.weight_bytes))
+    if spec.num_attention_heads <= 0 or spec.num_layers <= 0 or spec.hidden_size <= 0:
+        raise PlanInputError('model', '%s: heads, layers and hidden size must be > 0' % spec.name)
+    if len(spec.layer_kinds) != spec.num_layers:
+        raise PlanInputError('model', '%s: %d layer kinds for %d layers' % (
+            spec.name, len(spec.layer_kinds), spec.num_layers))
+    if LAYER_MLA in spec.layer_kinds and not (spec.kv_lora_rank and spec.qk_rope_head_dim):
+        raise PlanInputError('model', '%s: MLA layers need kv_lora_rank and qk_rope_head_dim' % spec.name)
+    if LAYER_SLIDING in spec.layer_kinds and not spec.sliding_window:
+        raise PlanInputError('model', '%s: sliding-window layers need sliding_window' % spec.name)
+
+
+def _check_traffic(traffic):
+    for name in ('prompt_tokens_p99', 'max_output_tokens', 'max_concurrency'):
+        value = getattr(traffic, name, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise PlanInputError(name, 'must be a positive integer, got %r' % (value,))
+        limit = MAX_NUM_SEQS_LIMIT if name == 'max_concurrency' else MAX_MODEL_LEN_LIMIT
+        if value > limit:
+            raise PlanInputError(name, 'must be <= %d, got %d (typo?)' % (limit, value))
+
+
+def _check_gpus(gpus):
+    if not gpus:
+        raise PlanInputError('gpus', 'no GPUs given: vLLM needs at least one GPU')
+    kinds = {}
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict) or 'memory_total' not in gpu:
+            raise PlanInputError('gpus[%d]' % position, 'must be a dict with memory_total (bytes)')
+        total = gpu['memory_total']
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise PlanInputError('gpus[%d].memory_total' % position,
+                                 'must be a positive number of bytes, got %r' % (total,))
+        kinds.setdefault((gpu.get('name', ''), total), []).append(gpu.get('index', position))
+    if len(kinds) > 1:
+        raise PlanInputError('gpus', 'vLLM tensor parallelism needs GPUs of one kind, got %s; %s' % (
+            '; '.join('%s %s (index %s)' % (name or '?', _gib(total), ','.join(str(i) for i in idx))
+                      for (name, total), idx in sorted(kinds.items(), key=lambda kv: kv[0][1])),
+            FALLBACK_HINT))
+    return list(gpus)
+
+
+def _tp_allowed(spec, tp):
+    if spec.num_attention_heads % tp:
+        return '%d attention heads not divisible by %d' % (spec.num_attention_heads, tp)
+    kv = spec.num_kv_heads
+    if kv and kv % tp and tp % kv:
+        return '%d KV heads neither divisible by %d nor a divisor of it' % (kv, tp)
+    return None
+
+
+# ---------------------------------------------------------------- one evaluation
+@dataclass
+class _Eval:
+    tp: int
+    kv_dtype: str
+    util: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    layout: KvLayout
+    memory: List[GpuMemory]
+    num_blocks: int                  # usable (null block removed), min over GPUs
+    kv_cache_memory_bytes: int       # pinned value (0 when not pinned)
+    slack: int                       # total - budget, min over GPUs
+    charges_fit: bool                # weights + activation + non-torch (+ graphs) < budget
+    not_fitting: List[str] = field(default_factory=list)
+    reasons: Dict[str, str] = field(default_factory=dict)
+    derived_util: float = 0.0
+    graphs_inside: bool = False
+    vram_claim: int = 0
+    system_reserved: int = 0
+
+
+class _Context:
+    """Everything fixed for one plan_vllm call."""
+
+    def __init__(self, spec, gpus, traffic, knobs, version):
+        self.spec, self.gpus, self.traffic, self.knobs, self.version = spec, gpus, traffic, knobs, version
+        self.acct = prof.accounting(version)
+        self.enforce_eager = bool(knobs.get('enforce_eager'))
+        estimate = knobs.get('cudagraph_memory_estimate')
+        if estimate is not None and self.acct.cuda_graphs == prof.GRAPHS_OUTSIDE:
+            raise PlanInputError('cudagraph_memory_estimate', 'needs vLLM >= %s (%s), got %s' % (
+                '.'.join(str(p) for p in prof.CUDAGRAPH_ESTIMATE_SINCE), prof.CUDAGRAPH_ESTIMATE_ENV, version))
+        if self.acct.cuda_graphs == prof.GRAPHS_INSIDE:
+            self.graphs_inside = estimate is not False
+        elif self.acct.cuda_graphs == prof.GRAPHS_OPT_IN:
+            self.graphs_inside = bool(estimate)
+        else:
+            self.graphs_inside = False
+        self.estimate_env = None if estimate is None else ('1' if estimate else '0')
+
+
+def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain, non_torch_growth,
+             tp_workspace, margin):
+    """term -> how it was computed, for one GPU of an evaluation (GpuMemory.explain)."""
+    acct = ctx.acct
+    return {
+        'total': 'NVML memory_total of GPU %s (%s)' % (gpu.get('index', '?'), gpu.get('name', '?')),
+        'budget': (('--kv-cache-memory-bytes %s + the charged terms (util ignored for the budget)'
+                    % _gib(pinned_bytes)) if pinned_bytes else
+                   'ceil(total x gpu_memory_utilization %g)' % util),
+        'weights': w_explain,
+        'activation': row['a_explain'],
+        'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, fitted '
+                     '0.13 GiB llm-d TP1)%s%s' % (
+                         _gib(non_torch_growth),
+                         (' + TP workspaces %s (fitted 0.55 - 0.13 GiB, llm-d TP2)' % _gib(tp_workspace))
+                         if tp_workspace else '',
+                         (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
+                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else ''),
+        'nccl_buffers': '%d ring connections x %d NCCL channels x %s (fitted: 0.93 GiB per NVLink '
+                        'peer, llm-d H100 TP2 free-at-startup) -> %s, %s' % (
+                            ring_connections(tp), nccl_channels(gpu.get('name')),
+                            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), _gib(row['nccl']),
+                            'outside the budget' if acct.nccl_in_baseline else 'inside the budget'),
+        'cuda_context': 'CUDA context + driver, outside torch (fitted: 0.61 GiB used at startup on '
+                        'H100, llm-d)',
+        'cuda_graph': row['g_explain'] + (' -- charged INSIDE the budget' if ctx.graphs_inside
+                                          else ' -- OUTSIDE the budget (captured after KV allocation)'),
+        'kv_cache': '%d blocks x %s per block (%d tokens x %s per token on this GPU, kv dtype %s); %s' % (
+            row['blocks'], _gib(layout.bytes_per_block), layout.block_size,
+            _gib(layout.bytes_per_token), kv_dtype, layout.rule),
+        'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
+                    'safety margin %s (3 %% of the card, >= 512 MiB: allocator fragmentation, '
+                    'prefill peaks above the profiled one, unprofiled logprobs)' % (
+                        _gib(PROFILER_UNDERESTIMATE_BYTES), _gib(margin)),
+    }
+
+
+def _evaluate(ctx, tp, kv_dtype, max_model_len):
+    """The whole memory picture for one TP and KV dtype: util (user or derived), max_num_seqs
+    (user or derived), per-GPU GpuMemory, usable blocks (min over GPUs), shortfalls."""
+    spec, knobs, version, acct, traffic = ctx.spec, ctx.knobs, ctx.version, ctx.acct, ctx.traffic
+    gpus = ctx.gpus[:tp]
+    kv_bytes = prof.kv_cache_dtype_bytes(kv_dtype, version, spec.dtype_bytes)
+    reasons = {}
+    block_size = knobs.get('block_size')
+    if block_size is None:
+        if LAYER_MLA in spec.layer_kinds:
+            block_size = prof.MLA_BLOCK_SIZE
+            reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
+        else:
+            block_size = prof.DEFAULT_BLOCK_SIZE
+    first = gpus[0]
+    defaults = prof.batch_defaults(version, first.get('name'), first['memory_total'])
+    mnbt = knobs.get('max_num_batched_tokens')
+    if mnbt is None:
+        mnbt = defaults.max_num_batched_tokens
+        reasons['max_num_batched_tokens'] = defaults.rule + ' (chunked prefill on; pinned so the ' \
+            'profiled activation peak is the one that runs)'
+        if knobs.get('max_num_seqs', 0) > mnbt:
+            mnbt = knobs['max_num_seqs']
+            reasons['max_num_batched_tokens'] = ('raised to max_num_seqs %d: vLLM requires '
+                                                 'max_num_batched_tokens >= max_num_seqs' % mnbt)
+    layout = kv_layout(spec, tp, kv_bytes, block_size, mnbt)
+    user_ms = knobs.get('max_num_seqs')
+    ms_upper = user_ms if user_ms is not None else max(1, min(traffic.max_concurrency, mnbt))
+    user_util = knobs.get('gpu_memory_utilization')
+    pinned_user = knobs.get('kv_cache_memory_bytes')
+    weights, w_terms, w_explain = weights_per_gpu(spec, tp)
+    non_torch_growth = 0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES
+    tp_workspace = TP_WORKSPACE_BYTES if tp > 1 else 0
+
+    def graph_for(ms):
+        sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(version, ms, mnbt)
+        return cuda_graph_pool(spec, tp, sizes, gpus[0].get('name'))
+
+    # Outside terms and the derived utilization (with the largest max_num_seqs considered,
+    # so the capture-size-dependent graph pool is not under-counted).
+    derived = None
+    for gpu in gpus:
+        total = gpu['memory_total']
+        required = outside_terms(acct, ctx.graphs_inside, tp, gpu, graph_for(ms_upper)[0])[2]
+        util_here = floor_util(total - required, total)
+        derived = util_here if derived is None else min(derived, util_here)
+    if user_util is not None:
+        util = user_util
+        reasons['gpu_memory_utilization'] = 'set by the user (%.2f); the safe maximum here is %.2f' % (
+            util, derived)
+    else:
+        util = derived
+        reasons['gpu_memory_utilization'] = (
+            'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
+            'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
+                util, version, prof.default_gpu_memory_utilization(version), version))
+
+    def blocks_for(ms):
+        """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs."""
+        rows = []
+        for gpu in gpus:
+            total = gpu['memory_total']
+            nccl = nccl_buffer_bytes(tp, gpu.get('name'))
+            act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt)
+            graph, g_terms, g_explain = graph_for(ms)
+            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl)
+            charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
+            if pinned_user is not None:
+                kv_budget = pinned_user
+            else:
+                kv_budget = util_bytes(total, util) - charged
+            blocks = max(0, kv_budget) // layout.bytes_per_block
+            rows.append(dict(gpu=gpu, total=total, nccl=nccl, act=act, a_terms=a_terms,
+                             a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
+                             inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks))
+        usable = min(r['blocks'] for r in rows) - (1 if acct.holds_null_block else 0)
+        return max(0, usable), rows
+
+    seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
+    seq_blocks = layout.blocks_per_request(seq_tokens)
+    if user_ms is not None:
+        ms = user_ms
+        usable, rows = blocks_for(ms)
+        reasons['max_num_seqs'] = 'set by the user (%d)' % ms
+    else:
+        ms = ms_upper
+        usable, rows = blocks_for(ms)
+        fit = usable // seq_blocks
+        if fit < ms:
+            # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
+            ms = max(1, fit)
+            usable, rows = blocks_for(ms)
+        reasons['max_num_seqs'] = (
+            'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
+            '= %d: the declared traffic cannot oversubscribe the KV pool' % (
+                traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
+    pin = bool(knobs.get('pin_kv_cache_memory')) and pinned_user is None
+    pinned_bytes = pinned_user or 0
+    if pin:
+        pinned_bytes = (usable + (1 if acct.holds_null_block else 0)) * layout.bytes_per_block
+
+    memory = []
+    not_fitting = []
+    slack_min = None
+    vram_claim = system_reserved = 0
+    charges_fit = True
+    for row in rows:
+        total, gpu = row['total'], row['gpu']
+        kv_alloc = row['blocks'] * layout.bytes_per_block
+        outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside, tp, gpu, row['graph'])
+        margin = safety_margin_bytes(total)
+        if pinned_bytes:
+            budget = row['charged'] + pinned_bytes
+            kv_alloc = pinned_bytes
+            row['kv_budget'] = pinned_bytes
+        else:
+            budget = util_bytes(total, util)
+        resident = budget + outside_resident
+        headroom = total - resident
+        slack = total - budget
+        slack_min = slack if slack_min is None else min(slack_min, slack)
+        if slack < required:
+            parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
+            parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
+            if pinned_bytes:
+                text = ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
+                        'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
+                                           ' + '.join(parts), _gib(budget + required), _gib(total)))
+            else:
+                text = ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
+                    ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
+            not_fitting.append((row, text))
+        if row['charged'] >= util_bytes(total, util) and not pinned_bytes:
+            charges_fit = False
+        terms = dict(w_terms)
+        terms.update(row['a_terms'])
+        terms.update(row['g_terms'])
+        terms.update({
+            'non_torch_growth': non_torch_growth, 'tp_workspaces': tp_workspace,
+            'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
+            'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
+            'kv_budget': row['kv_budget'], 'kv_bytes_per_token': layout.bytes_per_token,
+            'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
+            'outside_required': required,
+        })
+        terms.update(('outside_' + name, size) for name, size in outside.items())
+        explain = _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
+                           non_torch_growth, tp_workspace, margin)
+        memory.append(GpuMemory(
+            index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
+            weights=weights, activation=row['act'], non_torch=row['inside_nt'],
+            cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=headroom, terms=terms,
+            explain=explain))
+        vram_claim = max(vram_claim, resident)
+        system_reserved = max(system_reserved, required)
+    # GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to
+    grouped = {}
+    for row, text in not_fitting:
+        grouped.setdefault(text, []).append(str(row['gpu'].get('index', '?')))
+    not_fitting = ['GPU %s: %s' % (', '.join(idx), text) for text, idx in grouped.items()]
+    if pinned_bytes:
+        usable = pinned_bytes // layout.bytes_per_block - (1 if acct.holds_null_block else 0)
+    return _Eval(tp=tp, kv_dtype=kv_dtype, util=util, max_num_seqs=ms, max_num_batched_tokens=mnbt,
+                 block_size=block_size, layout=layout, memory=memory, num_blocks=max(0, usable),
+                 kv_cache_memory_bytes=pinned_bytes, slack=slack_min, charges_fit=charges_fit,
+                 not_fitting=not_fitting, reasons=reasons, derived_util=derived,
+                 graphs_inside=ctx.graphs_inside, vram_claim=vram_claim, system_reserved=system_reserved)
+
+
+def _fits_one_sequence(ev, max_model_len):
+    return ev.num_blocks >= ev.layout.blocks_per_request(max_model_len)
+
+
+def _feasible(ev, max_model_len):
+    return ev.charges_fit and not ev.not_fitting and _fits_one_sequence(ev, max_model_len)
+
+
+# ---------------------------------------------------------------- public entry point
+def _checked_knobs(knobs, spec, version):
+    """The user-set knobs (None dropped), type- and range-checked for this version."""
+    knobs = {k: v for k, v in dict(knobs or {}).items() if v is not None}
+    unknown = sorted(k for k in knobs if k not in KNOWN_KNOBS)
+    if unknown:
+        raise PlanInputError(unknown[0], 'is not a vLLM option of this planner (known: %s)' % ', '.join(KNOWN_KNOBS))
+    for name, low, high in (('max_model_len', 16, MAX_MODEL_LEN_LIMIT),
+                            ('max_num_seqs', 1, MAX_NUM_SEQS_LIMIT),
+                            ('max_num_batched_tokens', 16, MAX_NUM_BATCHED_TOKENS_LIMIT),
+                            ('kv_cache_memory_bytes', 1, 1 << 50)):
+        if name in knobs:
+            knobs[name] = _int_knob(knobs, name, low, high)
+    for name in ('enforce_eager', 'pin_kv_cache_memory', 'cudagraph_memory_estimate'):
+        _bool_knob(knobs, name)
+    if 'block_size' in knobs:
+        knobs['block_size'] = _int_knob(knobs, 'block_size', 1, 4096)
+        if knobs['block_size'] not in prof.BLOCK_SIZE_CHOICES:
+            raise PlanInputError('block_size', 'must be one of %s, got %d' % (
+                ', '.join(str(b) for b in prof.BLOCK_SIZE_CHOICES), knobs['block_size']))
+    if 'gpu_memory_utilization' in knobs:
+        util = knobs['gpu_memory_utilization']
+        if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+            raise PlanInputError('gpu_memory_utilization', 'must be in (0, 1], got %r' % (util,))
+        knobs['gpu_memory_utilization'] = round(float(util), 4)
+    if 'max_num_seqs' in knobs and 'max_num_batched_tokens' in knobs \
+            and knobs['max_num_batched_tokens'] < knobs['max_num_seqs']:
+        raise PlanInputError('max_num_batched_tokens', 'must be >= max_num_seqs (%d), got %d' % (
+            knobs['max_num_seqs'], knobs['max_num_batched_tokens']))
+    for name in ('kv_cache_memory_bytes', 'pin_kv_cache_memory'):
+        if knobs.get(name) and not prof.flag_available('kv_cache_memory_bytes', version):
+            raise PlanInputError(name, 'needs %s, got vLLM %s' % (prof.flag_span('kv_cache_memory_bytes'), version))
+    if 'kv_cache_dtype' in knobs:
+        prof.kv_cache_dtype_bytes(knobs['kv_cache_dtype'], version, spec.dtype_bytes)
+    return knobs
+
+
+def derive_max_model_len(spec, traffic, knobs):
+    """(max_model_len, reason, warnings, beyond_model): the user's value, checked, or the next
+    power of two >= prompt p99 + max output, capped at the model's maximum."""
+    need = traffic.tokens_per_sequence
+    model_max = spec.max_position_embeddings
+    if 'max_model_len' in knobs:
+        max_model_len = knobs['max_model_len']
+        if model_max and max_model_len > model_max:
+            raise PlanInputError('max_model_len', '%d is above the model maximum %d '
+                                 '(max_position_embeddings of %s)' % (max_model_len, model_max, spec.name))
+        warnings = []
+        if max_model_len < need:
+            warnings.append('max_model_len %d is below prompt p99 + max output = %d: longer requests '
+                            'are rejected' % (max_model_len, need))
+        return max_model_len, 'set by the user (%d)' % max_model_len, warnings, False
+    max_model_len = next_power_of_two(need)
+    reason = ('next power of two >= prompt_tokens_p99 %d + max_output_tokens %d = %d -> %d' % (
+        traffic.prompt_tokens_p99, traffic.max_output_tokens, need, max_model_len))
+    if not model_max or max_model_len <= model_max:
+        return max_model_len, reason, [], False
+    reason += ', capped at the model maximum %d' % model_max
+    if need > model_max:
+        return model_max, reason, ['requests need %d tokens but %s supports at most %d' % (
+            need, spec.name, model_max)], True
+    return model_max, reason, ['max_model_len capped at the model maximum %d' % model_max], False
+
+
+def _tp_candidates(spec, gpus, knobs):
+    """(TP values to try in order, auto?): the user's TP checked, or every TP in
+    TP_CANDIDATES that divides the heads and fits the GPU count."""
+    tp_knob = knobs.get('tensor_parallel_size')
+    if tp_knob is None or tp_knob == 'auto':
+        candidates = [tp for tp in TP_CANDIDATES if tp <= len(gpus) and _tp_allowed(spec, tp) is None]
+        if not candidates:
+            raise PlanInputError('tensor_parallel_size', 'no TP in %s fits %d GPUs and %d heads' % (
+                TP_CANDIDATES, len(gpus), spec.num_attention_heads))
+        return candidates, True
+    tp = _int_knob(knobs, 'tensor_parallel_size', 1, 1024)
+    why = _tp_allowed(spec, tp)
+    if why:
+        raise PlanInputError('tensor_parallel_size', '%s: %s' % (spec.name, why))
+    if tp > len(gpus):
+        raise PlanInputError('tensor_parallel_size', '%d is more than the %d GPUs given' % (tp, len(gpus)))
+    return [tp], False
+
+
+def _short_of_traffic(ev, traffic, knobs, max_model_len):
+    """The pool holds less than one max_model_len sequence, or (max_num_seqs derived) fewer
+    sequences than the declared concurrency."""
+    return not _fits_one_sequence(ev, max_model_len) or (
+        'max_num_seqs' not in knobs and ev.max_num_seqs < traffic.max_concurrency)
+
+
+def _choose(ctx, candidates, max_model_len):
+    """(evaluation, switched_to_fp8): the first TP candidate whose plan is feasible (else the
+    last), with the KV dtype switched to fp8 only when the model dtype is short of the traffic."""
+    user_dtype = ctx.knobs.get('kv_cache_dtype')
+    fp8_ok = 'fp8' in prof.kv_cache_dtype_choices(ctx.version)
+    ev = switched = None
+    for tp in candidates:
+        ev = _evaluate(ctx, tp, user_dtype or 'auto', max_model_len)
+        switched = False
+        if (user_dtype is None and fp8_ok and ev.charges_fit and not ev.not_fitting
+                and _short_of_traffic(ev, ctx.traffic, ctx.knobs, max_model_len)):
+            ev8 = _evaluate(ctx, tp, 'fp8', max_model_len)
+            if ev8.charges_fit and not ev8.not_fitting:
+                ev, switched = ev8, True
+        if _feasible(ev, max_model_len):
+            break
+    return ev, switched
+
+
+def _choice_reasons(ctx, ev, switched, auto_tp, max_model_len):
+    """(reasons, warnings) for tensor_parallel_size and kv_cache_dtype."""
+    spec, traffic, version = ctx.spec, ctx.traffic, ctx.version
+    reasons, warnings = {}, []
+    if auto_tp and _feasible(ev, max_model_len):
+        reasons['tensor_parallel_size'] = (
+            'smallest TP in %s dividing %d heads (%d KV heads), <= %d GPUs, that fits one '
+            '%d-token sequence: %d' % (list(TP_CANDIDATES), spec.num_attention_heads,
+                                       spec.num_kv_heads, len(ctx.gpus), max_model_len, ev.tp))
+    elif auto_tp:
+        reasons['tensor_parallel_size'] = (
+            'no TP in %s (dividing %d heads, <= %d GPUs) gives a feasible plan; planned with '
+            'the largest, %d' % (list(TP_CANDIDATES), spec.num_attention_heads, len(ctx.gpus), ev.tp))
+    else:
+        reasons['tensor_parallel_size'] = 'set by the user (%d)' % ev.tp
+    if ctx.knobs.get('kv_cache_dtype'):
+        reasons['kv_cache_dtype'] = 'set by the user (%s)' % ctx.knobs['kv_cache_dtype']
+    elif switched:
+        reasons['kv_cache_dtype'] = ('fp8: with the model dtype the KV pool holds too little for one '
+                                     '%d-token sequence or the declared concurrency %d (vLLM %s '
+                                     'accepts fp8)' % (max_model_len, traffic.max_concurrency, version))
+        warnings.append('kv_cache_dtype switched to fp8 to fit the declared traffic: it halves the KV '
+                        'cache but long-context retrieval quality must be evaluated first')
+    else:
+        if not _short_of_traffic(ev, traffic, ctx.knobs, max_model_len):
+            why = 'the pool holds the declared traffic'
+        elif 'fp8' not in prof.kv_cache_dtype_choices(version):
+            why = 'vLLM %s does not accept fp8' % version
+        else:
+            why = 'fp8 does not make this plan feasible (see not_fitting)'
+        reasons['kv_cache_dtype'] = 'auto (the model dtype, %d B): %s' % (spec.dtype_bytes, why)
+    return reasons, warnings
+
+
+def _engine_args(ctx, ev, max_model_len):
+    """(args, settings, reasons, rules): the argv for this version, in --flag=value form."""
+    version, knobs = ctx.version, ctx.knobs
+    reasons = {}
+    rules = list(ctx.acct.rules)
+    args = [prof.render_flag('tensor_parallel_size', ev.tp),
+            prof.render_flag('max_model_len', max_model_len)]
+    settings = {'tensor_parallel_size': ev.tp, 'max_model_len': max_model_len,
+                'max_num_seqs': ev.max_num_seqs, 'max_num_batched_tokens': ev.max_num_batched_tokens,
+                'kv_cache_dtype': ev.kv_dtype, 'block_size': ev.block_size,
+                'enable_chunked_prefill': True, 'enforce_eager': ctx.enforce_eager}
+    if ev.kv_cache_memory_bytes:
+        args.append(prof.render_flag('kv_cache_memory_bytes', ev.kv_cache_memory_bytes))
+        settings['kv_cache_memory_bytes'] = ev.kv_cache_memory_bytes
+        reasons['kv_cache_memory_bytes'] = (
+            'set by the user' if knobs.get('kv_cache_memory_bytes') else
+            'pin_kv_cache_memory: the planned KV pool, %d blocks x %s' % (
+                ev.kv_cache_memory_bytes // ev.layout.bytes_per_block, _gib(ev.layout.bytes_per_block)))
+        rules.append('vLLM %s: --kv-cache-memory-bytes fixes the KV budget; gpu_memory_utilization '
+                     'only sets the startup free-memory check' % version)
+    args.append(prof.render_flag('gpu_memory_utilization', '%g' % ev.util))
+    settings['gpu_memory_utilization'] = ev.util
+    args.append(prof.render_flag('max_num_seqs', ev.max_num_seqs))
+    args.append(prof.render_flag('max_num_batched_tokens', ev.max_num_batched_tokens))
+    if 'max_num_batched_tokens' in knobs:
+        reasons['max_num_batched_tokens'] = 'set by the user (%d)' % ev.max_num_batched_tokens
+    args.append(prof.render_flag('enable_chunked_prefill'))
+    reasons['enable_chunked_prefill'] = ('on: prefill is split into max_num_batched_tokens chunks, so '
+                                         'the activation peak does not grow with max_model_len')
+    if prof.flag_available('swap_space', version):
+        args.append(prof.render_flag('swap_space', 0))
+        settings['swap_space'] = 0
+        reasons['swap_space'] = ('0: no host swap space, so an overload fails loudly instead of '
+                                 'crawling; vLLM %s accepts %s' % (version, prof.flag_span('swap_space')))
+        rules.append('vLLM %s accepts %s -> pinned to 0' % (version, prof.flag_span('swap_space')))
+    else:
+        reasons['swap_space'] = ('not passed: the flag exists only as %s; %s (vLLM %s would refuse it)' % (
+            prof.flag_span('swap_space'), prof.FLAGS['swap_space'].note, version))
+        rules.append('vLLM %s: no %s -> not passed' % (version, prof.flag_span('swap_space')))
+    if ev.kv_dtype != 'auto':
+        args.append(prof.render_flag('kv_cache_dtype', ev.kv_dtype))
+    if 'block_size' in knobs or ev.block_size != prof.DEFAULT_BLOCK_SIZE:
+        args.append(prof.render_flag('block_size', ev.block_size))
+        reasons['block_size'] = ev.reasons.get('block_size', 'set by the user (%d)' % ev.block_size)
+    if ctx.enforce_eager:
+        args.append(prof.render_flag('enforce_eager'))
+        reasons['enforce_eager'] = 'set by the user: no CUDA graphs, no graph pool'
+    if ctx.estimate_env is not None:
+        settings['environment'] = {prof.CUDAGRAPH_ESTIMATE_ENV: ctx.estimate_env}
+        rules.append('%s=%s set in the engine environment (knob cudagraph_memory_estimate)' % (
+            prof.CUDAGRAPH_ESTIMATE_ENV, ctx.estimate_env))
+    return args, settings, reasons, rules
+
+
+def kv_capacity(ev, max_model_len):
+    """(kv_cache_tokens, max_concurrency_at_max_len, rule or None) of an evaluation."""
+    blocks_per_max_len = ev.layout.blocks_per_request(max_model_len)
+    concurrency = ev.num_blocks / blocks_per_max_len if blocks_per_max_len else 0.0
+    if ev.layout.hybrid:
+        return int(concurrency * max_model_len), concurrency, (
+            'hybrid KV layout: kv_cache_tokens = max concurrency x max_model_len (vLLM 0.22+ reports '
+            'it the same way); %s' % ev.layout.rule)
+    return ev.num_blocks * ev.block_size, concurrency, None
+
+
+def _diagnose(ctx, ev, max_model_len, beyond_model):
+    """(not_fitting, suggestions, warnings): what does not add up, what would, what to watch."""
+    spec, traffic, knobs, gpus = ctx.spec, ctx.traffic, ctx.knobs, ctx.gpus
+    not_fitting = list(ev.not_fitting)
+    suggestions, warnings = [], []
+    mem0 = ev.memory[0]
+    blocks_per_max_len = ev.layout.blocks_per_request(max_model_len)
+    short_of_kv = ev.charges_fit and not _fits_one_sequence(ev, max_model_len)
+    if not ev.charges_fit:
+        not_fitting.append('weights %s + activation %s + non-torch %s%s exceed the budget %s per GPU' % (
+            _gib(mem0.weights), _gib(mem0.activation), _gib(mem0.non_torch),
+            (' + CUDA graphs %s' % _gib(mem0.cuda_graph)) if ev.graphs_inside else '', _gib(mem0.budget)))
+    elif short_of_kv:
+        not_fitting.append('one %d-token sequence needs %d blocks (%s) but the KV pool has %d blocks (%s)' % (
+            max_model_len, blocks_per_max_len, _gib(blocks_per_max_len * ev.layout.bytes_per_block),
+            ev.num_blocks, _gib(ev.num_blocks * ev.layout.bytes_per_block)))
+    if beyond_model:
+        not_fitting.append('requests need %d tokens, the model supports %d' % (
+            traffic.tokens_per_sequence, spec.max_position_embeddings))
+    if ev.not_fitting:
+        suggestions.append('gpu_memory_utilization <= %.2f (what fits outside the budget)' % ev.derived_util)
+        if mem0.cuda_graph and not ev.graphs_inside and not ctx.enforce_eager:
+            suggestions.append('enforce_eager: true (no CUDA graph pool, %s less outside the budget; '
+                               'slower decode)' % _gib(mem0.cuda_graph))
+    bigger = [t for t in TP_CANDIDATES if t > ev.tp and _tp_allowed(spec, t) is None]
+    if short_of_kv:
+        if ev.num_blocks and not ev.layout.hybrid:
+            suggestions.append('max_model_len <= %d (what this KV pool holds)' % (ev.num_blocks * ev.block_size))
+        else:
+            suggestions.append('a shorter max_model_len')
+        if ev.kv_dtype == 'auto' and 'fp8' in prof.kv_cache_dtype_choices(ctx.version):
+            suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
+    if short_of_kv or not ev.charges_fit:
+        if bigger:
+            suggestions.append('tensor_parallel_size=%d (needs %d GPUs of this kind, %d given)' % (
+                bigger[0], bigger[0], len(gpus)))
+        if mem0.terms.get('activation_sampler_warmup', 0) > GiB:
+            suggestions.append('a lower max_num_seqs (the sampler warm-up holds %s)' % _gib(
+                mem0.terms['activation_sampler_warmup']))
+    if not ev.charges_fit and not bigger:
+        suggestions.append('a quantized checkpoint (weights %s per GPU)' % _gib(mem0.weights))
+    feasible = _feasible(ev, max_model_len) and not beyond_model
+    if feasible and 'max_num_seqs' not in knobs and ev.max_num_seqs < traffic.max_concurrency:
+        warnings.append('max_num_seqs %d is below the declared concurrency %d: at %d tokens per '
+                        'sequence the KV pool holds only %d sequences; more requests wait in the queue' % (
+                            ev.max_num_seqs, traffic.max_concurrency, traffic.tokens_per_sequence,
+                            ev.max_num_seqs))
+    if 'max_num_seqs' in knobs:
+        seq_blocks = ev.layout.blocks_per_request(min(traffic.tokens_per_sequence, max_model_len))
+        if ev.max_num_seqs * seq_blocks > ev.num_blocks:
+            warnings.append('max_num_seqs %d x %d blocks per sequence exceeds the KV pool (%d blocks): '
+                            'full sequences will be preempted' % (ev.max_num_seqs, seq_blocks, ev.num_blocks))
+    for gpu, mem in zip(gpus, ev.memory):
+        free = gpu.get('memory_free')
+        if isinstance(free, int) and not ev.kv_cache_memory_bytes and free < mem.budget:
+            warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
+                            'it will not start unless that memory is released first (e.g. it is this '
+                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(mem.budget)))
+    return feasible, not_fitting, suggestions, warnings
+
+
+def plan_vllm(spec, gpus, traffic, knobs, backend_version):
+    """Plan one vLLM deployment. Bad input -> PlanInputError; infeasible -> Plan.feasible False.
+
+    ``knobs`` holds the user-set engine options by DESIGN.md name (KNOWN_KNOBS); a knob
+    left out (or None) is derived, and every value in the plan says why in ``reasons``."""
+    version = prof.parse_version(backend_version)
+    _check_spec(spec)
+    _check_traffic(traffic)
+    gpus = _check_gpus(gpus)
+    knobs = _checked_knobs(knobs, spec, version)
+    ctx = _Context(spec, gpus, traffic, knobs, version)
+    max_model_len, len_reason, warnings, beyond_model = derive_max_model_len(spec, traffic, knobs)
+    candidates, auto_tp = _tp_candidates(spec, gpus, knobs)
+    ev, switched = _choose(ctx, candidates, max_model_len)
+    reasons = {'max_model_len': len_reason}
+    reasons.update(ev.reasons)
+    choice_reasons, choice_warnings = _choice_reasons(ctx, ev, switched, auto_tp, max_model_len)
+    reasons.update(choice_reasons)
+    warnings.extend(choice_warnings)
+    args, settings, arg_reasons, rules = _engine_args(ctx, ev, max_model_len)
+    reasons.update(arg_reasons)
+    kv_tokens, concurrency, capacity_rule = kv_capacity(ev, max_model_len)
+    if capacity_rule:
+        rules.append(capacity_rule)
+    feasible, not_fitting, suggestions, diag_warnings = _diagnose(ctx, ev, max_model_len, beyond_model)
+    warnings.extend(diag_warnings)
+    return Plan(
+        backend='vllm', backend_version=version.text, args=args, memory=ev.memory,
+        kv_cache_tokens=kv_tokens, max_concurrency_at_max_len=round(concurrency, 2),
+        feasible=feasible, settings=settings, reasons=reasons, warnings=warnings,
+        not_fitting=not_fitting, suggestions=suggestions, rules=rules,
+        vram_claim_bytes=ev.vram_claim, system_reserved_bytes=ev.system_reserved)

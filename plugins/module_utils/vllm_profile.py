@@ -1,0 +1,320 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one table of vLLM version facts: flags, defaults and memory-accounting eras.
+
+Every fact here was read in the released vLLM wheels listed in
+``research/vllm_memory.md`` (0.8.5.post1 … 0.33.0). A range ``[since, until)`` uses the
+first wheel where the code differs; releases between two read wheels (e.g. 0.9.0/0.9.1,
+0.17.1, 0.21.0) are bracketed, and the bracket is put at the later release's first
+version number. Nothing else in kvpin.fleet may hard-code a vLLM version.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+
+# Supported: every V1-engine release whose memory accounting was read (0.8.5 … 0.33.x).
+SUPPORTED_SINCE = (0, 8, 5)
+SUPPORTED_UNTIL = (0, 34, 0)
+SUPPORTED_TEXT = '0.8.5 … 0.33.x'
+
+_VERSION_RE = re.compile(
+    r'^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?'
+    r'(?:\.?(post\d+|rc\d+|a\d+|b\d+|dev\d*))?(?:\+[\w.]+)?\s*$')
+
+
+@dataclass(frozen=True)
+class VllmVersion:
+    """A parsed vLLM version. ``release`` has four parts ("0.10.1.1" -> (0, 10, 1, 1)).
+
+    A pre-release ("0.20.0rc1") is treated as the release it precedes: its code already
+    carries that release's flags and defaults, which is what matters for a plan."""
+    text: str
+    release: Tuple[int, int, int, int]
+    suffix: Optional[str] = None
+
+    def at_least(self, since):
+        return self.release[:len(since)] >= tuple(since)
+
+    def in_range(self, since, until):
+        """True when since <= self < until (either bound may be None = open)."""
+        if since is not None and self.release[:len(since)] < tuple(since):
+            return False
+        if until is not None and self.release[:len(until)] >= tuple(until):
+            return False
+        return True
+
+    def __str__(self):
+        return self.text
+
+
+def parse_version(text):
+    """'0.10.1.1', 'v0.11.0', '0.20.0rc1', '0.8.5.post1' -> VllmVersion; anything else, or a
+    version outside the supported range, -> PlanInputError('backend_version', ...)."""
+    if text is None or not str(text).strip():
+        raise PlanInputError('backend_version', 'a vLLM version is required (e.g. "0.10.1.1"); '
+                             'flags and memory accounting differ by version (supported: %s)'
+                             % SUPPORTED_TEXT)
+    match = _VERSION_RE.match(str(text))
+    if not match:
+        raise PlanInputError('backend_version', 'cannot parse vLLM version %r (expected e.g. '
+                             '"0.10.1.1", "v0.11.0", "0.20.0rc1")' % (text,))
+    parts = tuple(int(p) if p is not None else 0 for p in match.group(1, 2, 3, 4))
+    version = VllmVersion(text=str(text).strip().lstrip('v'), release=parts, suffix=match.group(5))
+    if not version.in_range(SUPPORTED_SINCE, SUPPORTED_UNTIL):
+        raise PlanInputError('backend_version', 'vLLM %s is not supported: the memory model covers '
+                             'the V1 engine releases %s (older releases use the V0 worker, newer '
+                             'ones were not read)' % (version.text, SUPPORTED_TEXT))
+    return version
+
+
+def _vtext(bound):
+    return '.'.join(str(p) for p in bound)
+
+
+# ---------------------------------------------------------------- CLI flags
+@dataclass(frozen=True)
+class FlagRule:
+    """One CLI flag: present for since <= version < until (None = open)."""
+    option: str
+    flag: str
+    since: Optional[Tuple[int, ...]]
+    until: Optional[Tuple[int, ...]]
+    note: str = ''
+
+    def available(self, version):
+        return version.in_range(self.since, self.until)
+
+    def span(self):
+        if self.since and self.until:
+            return '>= %s and < %s' % (_vtext(self.since), _vtext(self.until))
+        if self.since:
+            return '>= %s' % _vtext(self.since)
+        if self.until:
+            return '< %s' % _vtext(self.until)
+        return 'all supported versions'
+
+    def describe(self):
+        return '%s (%s)%s' % (self.flag, self.span(), (': ' + self.note) if self.note else '')
+
+
+FLAGS = {rule.option: rule for rule in (
+    FlagRule('tensor_parallel_size', '--tensor-parallel-size', None, None),
+    FlagRule('max_model_len', '--max-model-len', None, None),
+    FlagRule('gpu_memory_utilization', '--gpu-memory-utilization', None, None,
+             'fraction of the device TOTAL memory, per instance'),
+    FlagRule('max_num_seqs', '--max-num-seqs', None, None),
+    FlagRule('max_num_batched_tokens', '--max-num-batched-tokens', None, None),
+    FlagRule('enable_chunked_prefill', '--enable-chunked-prefill', None, None,
+             'V1 forces it on; pinned anyway so the plan says what runs'),
+    FlagRule('kv_cache_dtype', '--kv-cache-dtype', None, None),
+    FlagRule('block_size', '--block-size', None, None),
+    FlagRule('enforce_eager', '--enforce-eager', None, None),
+    FlagRule('swap_space', '--swap-space', None, (0, 18, 0),
+             'removed from the CLI and CacheConfig in 0.18.0; V1 never swapped to it'),
+    FlagRule('kv_cache_memory_bytes', '--kv-cache-memory-bytes', (0, 10, 2), None,
+             'per-GPU KV bytes; when set, gpu_memory_utilization is ignored for the budget'),
+    FlagRule('max_seq_len_to_capture', '--max-seq-len-to-capture', None, (0, 11, 0)),
+    FlagRule('cuda_graph_sizes', '--cuda-graph-sizes', (0, 9, 0), (0, 13, 0),
+             'deprecated in 0.12.0'),
+    FlagRule('max_cudagraph_capture_size', '--max-cudagraph-capture-size', (0, 12, 0), None),
+    FlagRule('kv_offloading_size', '--kv-offloading-size', (0, 12, 0), None),
+    FlagRule('performance_mode', '--performance-mode', (0, 17, 0), None),
+)}
+
+
+def flag_span(option):
+    """'--swap-space (vLLM < 0.18.0)': the one text for a flag's version range."""
+    return '%s (vLLM %s)' % (FLAGS[option].flag, FLAGS[option].span())
+
+
+def flag_available(option, version):
+    return FLAGS[option].available(version)
+
+
+def render_flag(option, value=None):
+    """'--flag=value' (the form GPUStack backend_parameters use) or '--flag' for switches."""
+    flag = FLAGS[option].flag
+    return flag if value is None else '%s=%s' % (flag, value)
+
+
+# ---------------------------------------------------------------- KV cache dtypes
+@dataclass(frozen=True)
+class KvDtypeRule:
+    name: str
+    since: Optional[Tuple[int, ...]]
+    bytes_per_element: Optional[int]   # None: 'auto' = the model dtype
+    note: str = ''
+
+
+KV_CACHE_DTYPES = {rule.name: rule for rule in (
+    KvDtypeRule('auto', None, None, 'the model dtype (2 B for bf16/fp16 checkpoints, also for '
+                'weight-quantized AWQ/GPTQ/FP8 models)'),
+    KvDtypeRule('fp8', None, 1), KvDtypeRule('fp8_e4m3', None, 1), KvDtypeRule('fp8_e5m2', None, 1),
+    KvDtypeRule('bfloat16', (0, 11, 0), 2), KvDtypeRule('float16', (0, 19, 0), 2),
+)}
+FP8_KV_DTYPES = ('fp8', 'fp8_e4m3', 'fp8_e5m2')
+# Accepted by vLLM but not modelled here (page sizes not verified, or not CUDA).
+KV_CACHE_DTYPES_NOT_MODELLED = {
+    'fp8_inc': 'Intel Gaudi only',
+    'fp8_ds_mla': 'DeepSeek-V3.2 sparse MLA (656 B/token/layer), not modelled',
+}
+
+
+def kv_cache_dtype_choices(version):
+    return [name for name, rule in KV_CACHE_DTYPES.items() if rule.since is None or version.at_least(rule.since)]
+
+
+def kv_cache_dtype_bytes(dtype, version, model_dtype_bytes):
+    """Bytes per cached element for ``--kv-cache-dtype=dtype`` on this version."""
+    rule = KV_CACHE_DTYPES.get(dtype)
+    if rule is None:
+        why = KV_CACHE_DTYPES_NOT_MODELLED.get(dtype, 'unknown to vLLM or sub-byte (not modelled)')
+        raise PlanInputError('kv_cache_dtype', '%r: %s; use one of %s' % (
+            dtype, why, ', '.join(kv_cache_dtype_choices(version))))
+    if rule.since is not None and not version.at_least(rule.since):
+        raise PlanInputError('kv_cache_dtype', '%r needs vLLM >= %s (got %s); choices there: %s' % (
+            dtype, _vtext(rule.since), version, ', '.join(kv_cache_dtype_choices(version))))
+    return model_dtype_bytes if rule.bytes_per_element is None else rule.bytes_per_element
+
+
+# ---------------------------------------------------------------- defaults
+# gpu_memory_utilization default: 0.9 up to 0.19.x, 0.92 from 0.20.0 (moved together with
+# CUDA-graph memory being charged to the budget).
+GPU_MEMORY_UTILIZATION_DEFAULTS = (((0, 20, 0), 0.92), (None, 0.9))
+
+DEFAULT_BLOCK_SIZE = 16          # CUDA default in every supported version
+MLA_BLOCK_SIZE = 64              # FlashMLA forces 64 (CUTLASS MLA 128, FlashInfer-MLA 32/64)
+BLOCK_SIZE_CHOICES = (1, 8, 16, 32, 64, 128)
+
+
+def default_gpu_memory_utilization(version):
+    for since, value in GPU_MEMORY_UTILIZATION_DEFAULTS:
+        if since is None or version.at_least(since):
+            return value
+    raise AssertionError('unreachable')
+
+
+@dataclass(frozen=True)
+class BatchDefaults:
+    max_num_batched_tokens: int   # OpenAI server (vllm serve), chunked prefill on
+    max_num_seqs: int
+    rule: str
+
+
+def batch_defaults(version, gpu_name, memory_total):
+    """V1 defaults of ``vllm serve`` by device (research §3, ``get_batch_defaults``)."""
+    name = (gpu_name or '').lower()
+    big = memory_total >= 70 * GiB
+    if not version.at_least((0, 9, 0)):
+        cond = big
+        text = '0.8.5: >= 70 GiB'
+    elif not version.at_least((0, 28, 0)):
+        cond = big and 'a100' not in name
+        text = '0.9 - 0.27: >= 70 GiB and not A100'
+    else:
+        if memory_total >= 160 * GiB:
+            return BatchDefaults(16384, 1024, 'vLLM %s: >= 160 GiB device -> max_num_batched_tokens '
+                                 '16384, max_num_seqs 1024' % version)
+        cond = big and 'a100' not in name and 'gb10' not in name
+        text = '0.28+: >= 70 GiB, not A100, not GB10'
+    if cond:
+        return BatchDefaults(8192, 1024, 'vLLM %s default for this device (rule %s: yes) -> '
+                             'max_num_batched_tokens 8192, max_num_seqs 1024' % (version, text))
+    return BatchDefaults(2048, 256, 'vLLM %s default for this device (rule %s: no) -> '
+                         'max_num_batched_tokens 2048, max_num_seqs 256' % (version, text))
+
+
+# ---------------------------------------------------------------- accounting eras
+GRAPHS_OUTSIDE = 'outside'        # captured after the KV cache: the pool lives in (1 - util)
+GRAPHS_OPT_IN = 'opt_in'          # estimated, charged only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1
+GRAPHS_INSIDE = 'inside'          # estimated and charged to the budget by default
+CUDAGRAPH_ESTIMATE_ENV = 'VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS'
+CUDAGRAPH_ESTIMATE_SINCE = (0, 18, 0)       # env present; default 1 from GRAPHS_INSIDE_SINCE
+GRAPHS_INSIDE_SINCE = (0, 20, 0)
+NCCL_IN_BASELINE_SINCE = (0, 11, 0)
+CUBLAS_IN_BASELINE_SINCE = (0, 33, 0)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How this version's worker turns total * util into a KV budget."""
+    cuda_graphs: str
+    nccl_in_baseline: bool          # NCCL/distributed init before the memory snapshot
+    cublas_in_baseline: bool        # cuBLAS(Lt) handles pre-created before the snapshot
+    holds_null_block: bool          # BlockPool keeps one block back
+    profiler_buffer_in_suggestion: bool
+    capture_size_rule: str          # 'fixed_512' | 'max_num_seqs_x2'
+    rules: Tuple[str, ...]
+
+
+def accounting(version):
+    v = version
+    rules = []
+    if v.at_least(GRAPHS_INSIDE_SINCE):
+        graphs = GRAPHS_INSIDE
+        rules.append('vLLM %s: CUDA-graph memory is estimated during profiling and charged to the '
+                     'budget (%s=1 by default since 0.20.0)' % (v, CUDAGRAPH_ESTIMATE_ENV))
+    elif v.at_least(CUDAGRAPH_ESTIMATE_SINCE):
+        graphs = GRAPHS_OPT_IN
+        rules.append('vLLM %s: CUDA graphs are captured after KV allocation (outside the budget) '
+                     'unless %s=1 (default 0 in 0.18/0.19)' % (v, CUDAGRAPH_ESTIMATE_ENV))
+    else:
+        graphs = GRAPHS_OUTSIDE
+        rules.append('vLLM %s: CUDA graphs captured after KV allocation -> their pool is outside '
+                     'the budget and must fit in total x (1 - util)' % v)
+    nccl_baseline = v.at_least(NCCL_IN_BASELINE_SINCE)
+    rules.append('vLLM %s: NCCL/custom all-reduce buffers are %s' % (v, (
+        'allocated before the memory snapshot (since 0.11.0) -> outside the budget, in the '
+        '(1 - util) slack' if nccl_baseline else
+        'allocated after the memory snapshot (before 0.11.0) -> charged inside the budget')))
+    cublas_baseline = v.at_least(CUBLAS_IN_BASELINE_SINCE)
+    if cublas_baseline:
+        rules.append('vLLM %s: cuBLAS handles pre-created before the snapshot -> outside the budget' % v)
+    rules.append('vLLM %s: the block pool holds one null block back from the KV cache' % v)
+    if v.at_least((0, 28, 0)):
+        rules.append('vLLM %s: budget = total x util - (consumed since baseline + transient peak) '
+                     '- CUDA graph estimate (mem_get_info accounting, 0.27.0+)' % v)
+    return Accounting(
+        cuda_graphs=graphs, nccl_in_baseline=nccl_baseline, cublas_in_baseline=cublas_baseline,
+        holds_null_block=True, profiler_buffer_in_suggestion=v.at_least((0, 10, 2)),
+        capture_size_rule='max_num_seqs_x2' if v.at_least((0, 12, 0)) else 'fixed_512',
+        rules=tuple(rules))
+
+
+# MXFP4 MoE (gpt-oss): vLLM lays the expert matrices out with their 2880-wide dimension
+# padded to a multiple of 256 (3072), so the experts load ~6.7 % heavier than the
+# checkpoint stores them. Fitted on two log lines only (gpt-oss-20b 13.47 GiB and
+# gpt-oss-120b 64.38 GiB loaded on H100, llm-d results); both land within 0.5 %.
+MXFP4_EXPERT_PAD_MULTIPLE = 256
+
+
+def mxfp4_expert_padding(expert_bytes, expert_width):
+    """Extra bytes vLLM allocates for MXFP4 experts whose width is not 256-aligned."""
+    if not expert_bytes or not expert_width:
+        return 0
+    padded = -(-expert_width // MXFP4_EXPERT_PAD_MULTIPLE) * MXFP4_EXPERT_PAD_MULTIPLE
+    return expert_bytes * padded // expert_width - expert_bytes
+
+
+MAX_CAPTURE_SIZE = 512
+
+
+def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
+    """The decode batch sizes vLLM captures: [1, 2, 4] + multiples of 8 up to the largest.
+
+    Largest = 512 before 0.12.0 (``cuda_graph_sizes`` default [512]); from 0.12.0
+    ``min(max_num_seqs * 2, 512)`` (``_set_cudagraph_sizes``). Never above
+    max_num_batched_tokens. The exact list after 256 differs by version; the count
+    is what the pool model uses."""
+    largest = MAX_CAPTURE_SIZE
+    if accounting(version).capture_size_rule == 'max_num_seqs_x2':
+        largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)
+    largest = max(1, min(largest, max_num_batched_tokens))
+    return [s for s in (1, 2, 4) if s <= largest] + list(range(8, largest + 1, 8))
