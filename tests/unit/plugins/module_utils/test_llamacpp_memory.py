@@ -175,6 +175,20 @@ def test_report_layer_cap_for_four_4k_slots_is_below_all():
     assert not plan({'gpu_layers': k + 1}).feasible
 
 
+def test_report_fleet_traffic_on_gpustack_slots_caps_near_60_of_80():
+    """The report's "60 of 80 layers on a 48 GB card". The fleet measured a prompt p99 of 11k
+    (and pinned 16384 for vLLM); llama-box under GPUStack runs 4 slots without flash
+    attention. For every slot to hold an 11k prompt + 1k output the context is 4 x 12024;
+    with that KV and compute buffer the 48 GB card holds 55-65 of the 80 blocks, not all."""
+    fleet = Traffic(prompt_tokens_p99=11000, max_output_tokens=1024, max_concurrency=4)
+    p = plan(traffic=fleet)
+    k = p.settings['gpu_layers']
+    assert p.feasible and 55 <= k <= 65, k
+    assert p.settings['ctx_size'] == 4 * 12024 and p.settings['parallel'] == 4
+    assert not plan({'gpu_layers': 80}, traffic=fleet).feasible
+    assert not plan({'gpu_layers': k + 1}, traffic=fleet).feasible
+
+
 def test_one_4k_slot_fits_all_layers_on_the_48_gb_card():
     p = plan(traffic=four_k(1))
     assert p.feasible and p.settings['gpu_layers'] == 81
