@@ -76,7 +76,10 @@ class Plan:
     not_fitting: List[str] = field(default_factory=list)   # terms that do not add up
     suggestions: List[str] = field(default_factory=list)   # what would fit instead
     rules: List[str] = field(default_factory=list)         # version rules applied
-    vram_claim_bytes: Optional[int] = None      # per GPU, for GPUSTACK_MODEL_VRAM_CLAIM
+    # Per GPU: what the deployment really holds resident (budget + what lives outside it).
+    # GPUStack's GPUSTACK_MODEL_VRAM_CLAIM is per replica and compared with total x util, so
+    # the filter kvpin_gpustack_vram_claim converts (see plugins/filter/gpustack.py).
+    vram_claim_bytes: Optional[int] = None
     system_reserved_bytes: Optional[int] = None  # per GPU, kept outside GPUStack's booking
 
     def to_dict(self):
