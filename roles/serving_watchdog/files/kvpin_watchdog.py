@@ -1,0 +1,1351 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kvpin serving watchdog: recycle an LLM serving worker on a memory *slope*.
+
+Stdlib only (Python 3.9+). Two subcommands share one decision engine:
+
+  daemon --config FILE          watch one target under systemd (Type=notify)
+  replay --trace FILE.csv       feed a recorded trace through the same engine,
+                                print one JSON decision per sample
+
+Why anon+swap and not RSS: mapped weights and /dev/shm inflate RSS without any
+leak, and a leak that moved to swap hides in RSS (ollama #18106).
+Why a slope and not a level: a slow leak (vLLM #44175, ~47 MiB/h) takes days
+to reach any level that is also safe for a healthy worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+HOUR = 3600.0
+
+# ---------------------------------------------------------------------------
+# Configuration: one place for every default. The role's defaults mirror this.
+# ---------------------------------------------------------------------------
+DEFAULTS: Dict[str, object] = {
+    "name": "serving",
+    # What to watch (exactly one of unit / container / cgroup_path / pid).
+    "unit": None,                      # systemd unit holding the engine (GPUStack 0.x)
+    "container": None,                 # container name (GPUStack 2.x engine container)
+    "container_runtime": "podman",     # podman | docker
+    "cgroup_path": None,               # explicit cgroup dir (overrides resolution)
+    "pid": None,                       # single process (fallback / tests)
+    "cgroup_root": "/sys/fs/cgroup",
+    "proc_root": "/proc",
+    "memory_limit_bytes": None,        # memory the target may use before it is OOM-killed
+    # Sampling and statistics.
+    "interval_seconds": 60,
+    "window_seconds": 3 * 3600,        # trend window (multi-hour: slow leaks need it)
+    "min_window_seconds": 3600,        # no verdict before this much clean history
+    "min_points": 30,
+    "max_points": 120,                 # downsample window to this many points (O(n^2) stats)
+    "evaluate_every_seconds": 300,     # statistics are recomputed at most this often
+    "warmup_seconds": 3600,            # ignored after every (re)start: load, graphs, caches settle
+    "restart_drop_fraction": 0.3,      # memory falling by this fraction = a restart
+    "confidence": 0.95,                # Sen's slope CI two-sided confidence
+    "mk_alpha": 0.01,                  # Mann-Kendall significance level
+    "slope_threshold_bytes_per_hour": 16 * MiB,
+    "new_high_subwindows": 3,          # capped-cache guard: newest sub-window floor sets a new high
+    "confirm_seconds": 3600,           # the rise must hold this long before a recycle
+    "recycle_horizon_seconds": 12 * 3600,  # recycle when the limit is projected within this
+    "ttft_slope_threshold_seconds_per_hour": 0.02,
+    "ttft_min_relative_rise": 0.15,    # TTFT p95 rise over the window, relative to its start
+    "ttft_min_points": 20,
+    # Policy.
+    "cooldown_seconds": 3600,
+    "storm_max_recycles": 3,
+    "storm_window_seconds": 24 * 3600,
+    # Latency signal.
+    "metrics_url": None,               # Prometheus text endpoint (vLLM /metrics)
+    "probe_url": None,                 # OpenAI /v1/completions for engines without a histogram
+    "probe_model": None,
+    "probe_timeout_seconds": 30,
+    "ttft_quantile": 0.95,
+    "ttft_min_observations": 20,       # a p95 from fewer requests is noise
+    "ttft_max_window_seconds": 900,    # give up accumulating observations after this
+    "http_timeout_seconds": 5,
+    # Actuator.
+    "actuator": "none",                # none | systemd | podman | docker | gpustack
+    "dry_run": False,
+    "gpustack_server": None,
+    "gpustack_model_id": None,
+    "gpustack_token_file": None,
+    "gpustack_mode": "restart",        # restart (POST /v2/models/{id}/restart) | delete_instance
+    "gpustack_instance_id": None,
+    "pre_recycle_command": None,       # argv list run before the restart (drain)
+    "drain_url": None,                 # POSTed before the restart (drain)
+    "drain_grace_seconds": 0,
+    "lock_file": "/run/kvpin-watchdog/recycle.lock",
+    "actuator_timeout_seconds": 300,
+    # Outputs.
+    "textfile_dir": None,              # node_exporter textfile collector dir
+}
+
+
+def load_config(path: Optional[str]) -> Dict[str, object]:
+    """Read a JSON config file over DEFAULTS; unknown keys are an error (typos).
+
+    Lines starting with '#' are dropped first, so the role's templates can carry the
+    ansible_managed header.
+    """
+    cfg = dict(DEFAULTS)
+    if path:
+        with open(path, "r", encoding="utf-8") as handle:
+            text = "".join(line for line in handle if not line.lstrip().startswith("#"))
+        user = json.loads(text)
+        if not isinstance(user, dict):
+            raise ValueError("config %s: top level must be an object" % path)
+        unknown = sorted(set(user) - set(DEFAULTS))
+        if unknown:
+            raise ValueError("config %s: unknown keys %s" % (path, ", ".join(unknown)))
+        cfg.update({k: v for k, v in user.items() if v is not None})
+    return cfg
+
+
+ACTUATORS = ("none", "systemd", "podman", "docker", "gpustack")
+
+
+def validate_config(cfg: Dict[str, object]) -> List[str]:
+    """Problems that would make the daemon watch or restart the wrong thing (empty = fine)."""
+    errors = []
+    sources = [k for k in ("unit", "container", "cgroup_path", "pid") if cfg.get(k)]
+    if len(sources) != 1:
+        errors.append("set exactly one of unit, container, cgroup_path, pid (got %s)" % (
+            ", ".join(sources) or "none"))
+    actuator = cfg.get("actuator")
+    if actuator not in ACTUATORS:
+        errors.append("actuator must be one of %s" % ", ".join(ACTUATORS))
+    if actuator == "systemd" and not cfg.get("unit"):
+        errors.append("actuator systemd needs unit")
+    if actuator in ("podman", "docker") and not cfg.get("container"):
+        errors.append("actuator %s needs container" % actuator)
+    if actuator == "gpustack":
+        if not cfg.get("gpustack_server"):
+            errors.append("actuator gpustack needs gpustack_server")
+        if cfg.get("gpustack_mode") == "delete_instance":
+            if cfg.get("gpustack_instance_id") is None:
+                errors.append("gpustack_mode delete_instance needs gpustack_instance_id")
+        elif cfg.get("gpustack_model_id") is None:
+            errors.append("actuator gpustack needs gpustack_model_id")
+    if cfg.get("container_runtime") not in ("podman", "docker"):
+        errors.append("container_runtime must be podman or docker")
+    for key in ("interval_seconds", "window_seconds", "min_window_seconds", "max_points",
+                "slope_threshold_bytes_per_hour", "evaluate_every_seconds"):
+        try:
+            if float(cfg[key]) <= 0:
+                errors.append("%s must be > 0" % key)
+        except (TypeError, ValueError):
+            errors.append("%s must be a number" % key)
+    if float(cfg.get("min_window_seconds") or 0) > float(cfg.get("window_seconds") or 0):
+        errors.append("min_window_seconds must not exceed window_seconds")
+    if cfg.get("pre_recycle_command") is not None and not isinstance(cfg["pre_recycle_command"], list):
+        errors.append("pre_recycle_command must be an argv list")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# Statistics: Theil-Sen slope, Sen's CI, Mann-Kendall with Hamed-Rao correction.
+# ---------------------------------------------------------------------------
+@dataclass
+class Trend:
+    n: int
+    slope: float          # per second
+    lower: float          # per second, lower CI bound
+    upper: float
+    intercept: float      # value at x = 0 (x as given)
+    s: int                # Mann-Kendall S
+    var_s: float          # corrected Var(S)
+    z: float
+    p: float              # two-sided p-value
+    variance_factor: float  # Hamed-Rao n/n* (>= 1)
+
+
+def _tie_term(values: Sequence[float]) -> float:
+    counts: Dict[float, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return float(sum(c * (c - 1) * (2 * c + 5) for c in counts.values() if c > 1))
+
+
+def _ranks(values: Sequence[float]) -> List[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        mean_rank = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[order[k]] = mean_rank
+        i = j + 1
+    return ranks
+
+
+def high_pass(values: Sequence[float], half_width: int) -> List[float]:
+    """values minus a centred running median: keeps short-scale noise, drops the slow shape."""
+    n = len(values)
+    out = []
+    for i in range(n):
+        lo, hi = max(0, i - half_width), min(n, i + half_width + 1)
+        out.append(values[i] - statistics.median(values[lo:hi]))
+    return out
+
+
+def hamed_rao_factor(residuals: Sequence[float], z_crit: float = 1.96,
+                     max_lag: Optional[int] = None) -> float:
+    """Variance inflation n/n* of Hamed & Rao (1998) from the ranks of a detrended series.
+
+    Only autocorrelations outside the +/- z/sqrt(n) band count. The factor is
+    clamped to >= 1: negative correlations (a sawtooth's half period) must not
+    make the test *more* confident than the independent case.
+    """
+    n = len(residuals)
+    if n < 4:
+        return 1.0
+    ranks = _ranks(residuals)
+    mean = sum(ranks) / n
+    dev = [r - mean for r in ranks]
+    denom = sum(d * d for d in dev)
+    if denom <= 0:
+        return 1.0
+    band = z_crit / math.sqrt(n)
+    acc = 0.0
+    last_lag = n - 3 if max_lag is None else min(n - 3, max_lag)
+    for lag in range(1, last_lag + 1):
+        rho = sum(dev[i] * dev[i + lag] for i in range(n - lag)) / denom
+        if abs(rho) > band:
+            acc += (n - lag) * (n - lag - 1) * (n - lag - 2) * rho
+    factor = 1.0 + 2.0 / (n * (n - 1) * (n - 2)) * acc
+    return max(1.0, factor)
+
+
+def trend(xs: Sequence[float], ys: Sequence[float], confidence: float = 0.95,
+          autocorrelation: bool = True, noise_half_width: int = 15,
+          max_lag: int = 8) -> Optional[Trend]:
+    """Theil-Sen slope with Sen's (1968) CI, and the Mann-Kendall test on the same pairs.
+
+    Autocorrelation (GC sawtooth, bursts) makes plain MK over-confident, so Var(S) gets
+    the Hamed-Rao factor. Its autocorrelations come from high-passed values (minus a
+    running median of 2*noise_half_width+1 points), not from residuals of one straight
+    line: a leak that starts mid-window leaves a bent residual that would read as
+    strong autocorrelation and hide the very trend being tested. Only lags up to
+    max_lag count (the median's window cuts longer ones anyway). So the correction
+    covers noise correlated over minutes (sawtooth, AR phi >= ~0.7 at 60 s samples);
+    slower wander is left to the floor-ramp guard and confirm_seconds. The same corrected variance sets
+    the width of Sen's CI, so the lower slope bound is honest too.
+    xs must be strictly increasing. Returns None for fewer than 3 points.
+    """
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return None
+    slopes: List[float] = []
+    for i in range(n - 1):
+        xi, yi = xs[i], ys[i]
+        slopes.extend([(ys[j] - yi) / (xs[j] - xi) for j in range(i + 1, n)])
+    slopes.sort()
+    # MK's S from the same sorted pair slopes (dx > 0, so sign(dy) = sign(slope)).
+    s = (len(slopes) - bisect.bisect_right(slopes, 0.0)) - bisect.bisect_left(slopes, 0.0)
+    m = len(slopes)
+    slope = statistics.median(slopes)
+    intercept = statistics.median([ys[i] - slope * xs[i] for i in range(n)])
+    var_s = (n * (n - 1) * (2 * n + 5) - _tie_term(ys)) / 18.0
+    factor = 1.0
+    if autocorrelation:
+        factor = hamed_rao_factor(high_pass(ys, noise_half_width), max_lag=max_lag)
+        var_s *= factor
+    if var_s <= 0:
+        return Trend(n, slope, slope, slope, intercept, s, 0.0, 0.0, 1.0, factor)
+    # Continuity-corrected Z.
+    if s > 0:
+        z = (s - 1) / math.sqrt(var_s)
+    elif s < 0:
+        z = (s + 1) / math.sqrt(var_s)
+    else:
+        z = 0.0
+    norm = statistics.NormalDist()
+    p = 2.0 * (1.0 - norm.cdf(abs(z)))
+    c = norm.inv_cdf(0.5 + confidence / 2.0) * math.sqrt(var_s)
+    lo_rank = int(math.floor((m - c) / 2.0))
+    hi_rank = int(math.ceil((m + c) / 2.0))
+    lower = slopes[min(max(lo_rank, 0), m - 1)]
+    upper = slopes[min(max(hi_rank, 0), m - 1)]
+    return Trend(n, slope, lower, upper, intercept, s, var_s, z, p, factor)
+
+
+def downsample(points: Sequence[Tuple[float, float]], max_points: int) -> List[Tuple[float, float]]:
+    """Average consecutive samples into at most max_points buckets (keeps O(n^2) cheap)."""
+    n = len(points)
+    if n <= max_points:
+        return list(points)
+    out = []
+    for b in range(max_points):
+        lo = b * n // max_points
+        hi = (b + 1) * n // max_points
+        chunk = points[lo:hi]
+        out.append((sum(p[0] for p in chunk) / len(chunk), sum(p[1] for p in chunk) / len(chunk)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Prometheus text exposition: parse, histogram windowing, quantile.
+# ---------------------------------------------------------------------------
+# Metric families by role; the first name present wins. Old names keep old engines working.
+METRIC_NAMES = {
+    "ttft_histogram": (
+        "vllm:time_to_first_token_seconds",
+        "gpustack:time_to_first_token_seconds",
+        "sglang:time_to_first_token_seconds",
+    ),
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions", "gpustack:request_preemptions"),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                       "gpustack:kv_cache_usage_ratio", "llamabox:kv_cache_usage_ratio"),
+    "requests_waiting": ("vllm:num_requests_waiting", "gpustack:num_requests_waiting",
+                         "llamacpp:requests_deferred"),
+}
+
+_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?\s*')
+
+
+def _parse_value(text: str) -> float:
+    low = text.lower()
+    if low in ("+inf", "inf"):
+        return math.inf
+    if low == "-inf":
+        return -math.inf
+    if low == "nan":
+        return math.nan
+    return float(text)
+
+
+def parse_exposition(text: str) -> Dict[str, List[Tuple[Dict[str, str], float]]]:
+    """Prometheus text format 0.0.4 -> {sample name: [(labels, value), ...]}."""
+    out: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE_RE.match(line)
+        if not match:
+            continue
+        name, _, label_text, value_text = match.group(1), match.group(2), match.group(3), match.group(4)
+        labels: Dict[str, str] = {}
+        if label_text:
+            for lm in _LABEL_RE.finditer(label_text):
+                labels[lm.group(1)] = (lm.group(2).replace('\\"', '"')
+                                       .replace("\\n", "\n").replace("\\\\", "\\"))
+        try:
+            value = _parse_value(value_text)
+        except ValueError:
+            continue
+        out.setdefault(name, []).append((labels, value))
+    return out
+
+
+def first_family(samples: Dict[str, list], role: str, suffix: str = "") -> Optional[str]:
+    for base in METRIC_NAMES[role]:
+        if base + suffix in samples:
+            return base
+    return None
+
+
+def histogram_buckets(samples: Dict[str, list], base: str) -> Dict[float, float]:
+    """Cumulative counts per `le`, summed over all other label sets (sum by (le))."""
+    buckets: Dict[float, float] = {}
+    for labels, value in samples.get(base + "_bucket", []):
+        if "le" not in labels:
+            continue
+        le = _parse_value(labels["le"])
+        buckets[le] = buckets.get(le, 0.0) + value
+    return buckets
+
+
+def sum_family(samples: Dict[str, list], name: str) -> Optional[float]:
+    values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
+    return sum(values) if values else None
+
+
+def bucket_quantile(q: float, buckets: Dict[float, float]) -> Optional[float]:
+    """PromQL histogram_quantile for classic buckets (promql/quantile.go bucketQuantile)."""
+    if not buckets or math.inf not in buckets or len(buckets) < 2:
+        return None
+    bounds = sorted(buckets)
+    counts = [buckets[b] for b in bounds]
+    for i in range(1, len(counts)):  # ensureMonotonic
+        if counts[i] < counts[i - 1]:
+            counts[i] = counts[i - 1]
+    total = counts[-1]
+    if total <= 0 or math.isnan(total):
+        return None
+    rank = q * total
+    idx = next(i for i, c in enumerate(counts) if c >= rank)
+    if idx == len(bounds) - 1:
+        return bounds[-2]  # rank in +Inf bucket: upper bound of the 2nd highest
+    if idx == 0 and bounds[0] <= 0:
+        return bounds[0]
+    bucket_start = 0.0 if idx == 0 else bounds[idx - 1]
+    count_before = 0.0 if idx == 0 else counts[idx - 1]
+    in_bucket = counts[idx] - count_before
+    if in_bucket <= 0:
+        return bounds[idx]
+    return bucket_start + (bounds[idx] - bucket_start) * (rank - count_before) / in_bucket
+
+
+class HistogramWindow:
+    """p95 over the interval since a baseline scrape, from per-`le` deltas.
+
+    A counter reset (any bucket falling) drops the interval and re-baselines.
+    Too few observations: keep the baseline and wait, up to max_window seconds.
+    """
+
+    def __init__(self, quantile: float = 0.95, min_observations: int = 20,
+                 max_window_seconds: float = 900.0):
+        self.quantile = quantile
+        self.min_observations = min_observations
+        self.max_window_seconds = max_window_seconds
+        self.base: Optional[Dict[float, float]] = None
+        self.base_t: Optional[float] = None
+        self.last_status = "no data"
+
+    def update(self, t: float, buckets: Dict[float, float]) -> Optional[float]:
+        if not buckets:
+            self.last_status = "no histogram"
+            return None
+        if self.base is None:
+            self.base, self.base_t = dict(buckets), t
+            self.last_status = "baseline"
+            return None
+        delta = {}
+        for le, count in buckets.items():
+            prev = self.base.get(le)
+            if prev is None:
+                continue
+            delta[le] = count - prev
+        if any(d < 0 for d in delta.values()) or set(self.base) - set(buckets):
+            self.base, self.base_t = dict(buckets), t
+            self.last_status = "counter reset: interval dropped"
+            return None
+        observations = delta.get(math.inf, 0.0)
+        if observations < self.min_observations:
+            if self.base_t is not None and t - self.base_t > self.max_window_seconds:
+                self.base, self.base_t = dict(buckets), t
+                self.last_status = "too few observations (%d) in window" % observations
+            else:
+                self.last_status = "accumulating (%d observations)" % observations
+            return None
+        value = bucket_quantile(self.quantile, delta)
+        self.base, self.base_t = dict(buckets), t
+        self.last_status = "ok (%d observations)" % observations
+        return value
+
+
+# ---------------------------------------------------------------------------
+# Decision engine (shared by replay and daemon).
+# ---------------------------------------------------------------------------
+@dataclass
+class Decision:
+    t: float
+    action: str                      # none | alert | recycle
+    reason: str
+    phase: str                       # warmup | collecting | evaluating | cooldown
+    diagnosis: Optional[str] = None  # leak_with_latency | leak_projected | memory_rising | latency_only | ...
+    memory_bytes: Optional[int] = None
+    slope_bytes_per_hour: Optional[float] = None
+    slope_lower_bytes_per_hour: Optional[float] = None
+    slope_upper_bytes_per_hour: Optional[float] = None
+    mk_p: Optional[float] = None
+    mk_z: Optional[float] = None
+    autocorrelation_factor: Optional[float] = None
+    new_high: Optional[bool] = None
+    window_points: int = 0
+    window_seconds: float = 0.0
+    ttft_p95: Optional[float] = None
+    ttft_slope: Optional[float] = None          # seconds per hour
+    ttft_slope_lower: Optional[float] = None
+    ttft_mk_p: Optional[float] = None
+    ttft_relative_rise: Optional[float] = None
+    preemptions_in_window: Optional[float] = None
+    projected_seconds_to_limit: Optional[float] = None
+    memory_limit_bytes: Optional[int] = None
+    rising_for_seconds: Optional[float] = None
+    recycles_in_storm_window: int = 0
+    suppressed_by: Optional[str] = None         # cooldown | storm_guard
+    corroboration: Dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for key, value in list(data.items()):
+            if isinstance(value, float):
+                data[key] = None if math.isnan(value) or math.isinf(value) else round(value, 6)
+        return json.dumps(data, sort_keys=False, separators=(",", ":"))
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _fmt_bytes(n: float) -> str:
+    if abs(n) >= GiB:
+        return "%.2f GiB" % (n / GiB)
+    return "%.1f MiB" % (n / MiB)
+
+
+class DecisionEngine:
+    """Fed samples one by one; returns a Decision per sample.
+
+    Rules (field report, "Catching the slow decay"):
+      memory rising + TTFT p95 rising          -> recycle (bookkeeping growth / fragmentation)
+      memory rising, limit within horizon      -> recycle (before the projected crossing)
+      memory rising, limit far                 -> alert
+      TTFT p95 rising, memory flat             -> alert only (placement / preemption)
+    "Memory rising" = Mann-Kendall significant AND Sen's lower slope bound above the
+    threshold AND the newest sub-window set a new high (a capped cache that levelled
+    off stops setting highs, so it is never recycled once flat).
+    """
+
+    def __init__(self, config: Optional[Dict[str, object]] = None):
+        cfg = dict(DEFAULTS)
+        if config:
+            cfg.update({k: v for k, v in config.items() if v is not None})
+        self.cfg = cfg
+        self.mem: deque = deque()           # (t, bytes) since the last (re)start
+        self.ttft: deque = deque()          # (t, p95)
+        self.preempt: deque = deque()       # (t, counter)
+        self.start_t: Optional[float] = None
+        self.last_t: Optional[float] = None
+        self.last_mem: Optional[float] = None
+        self.last_eval_t: Optional[float] = None
+        self.last_eval: Optional[Decision] = None
+        self.floors: deque = deque()        # (t, floor of the newest sub-window) per evaluation
+        self.floor_before_window: Optional[float] = None
+        self.rising_since: Optional[float] = None
+        self.recycle_times: deque = deque()
+        self.last_recycle_t: Optional[float] = None
+
+    # -- state -------------------------------------------------------------
+    def restart(self, t: float) -> None:
+        """Forget the trend: a new process starts a new warm-up and window."""
+        self.mem.clear()
+        self.ttft.clear()
+        self.preempt.clear()
+        self.start_t = t
+        self.last_eval_t = None
+        self.last_eval = None
+        self.floors.clear()
+        self.floor_before_window = None
+        self.rising_since = None
+
+    def _trim(self, t: float) -> None:
+        horizon = t - float(self.cfg["window_seconds"])
+        for series in (self.mem, self.ttft, self.preempt):
+            while series and series[0][0] < horizon:
+                series.popleft()
+        storm_start = t - float(self.cfg["storm_window_seconds"])
+        while self.recycle_times and self.recycle_times[0] < storm_start:
+            self.recycle_times.popleft()
+
+    # -- main entry --------------------------------------------------------
+    def feed(self, t: float, mem_bytes: float, ttft_p95: Optional[float] = None,
+             preemptions: Optional[float] = None, restarted: bool = False,
+             corroboration: Optional[Dict[str, float]] = None) -> Decision:
+        cfg = self.cfg
+        drop = (self.last_mem is not None and self.last_mem > 0
+                and mem_bytes < self.last_mem * (1.0 - float(cfg["restart_drop_fraction"])))
+        if self.start_t is None or restarted or drop:
+            self.restart(t)
+        self.last_t, self.last_mem = t, mem_bytes
+        base = dict(t=t, memory_bytes=int(mem_bytes), ttft_p95=ttft_p95,
+                    memory_limit_bytes=cfg.get("memory_limit_bytes"),
+                    corroboration=dict(corroboration or {}))
+        age = t - self.start_t
+        if age < float(cfg["warmup_seconds"]):
+            reason = "warm-up after (re)start: %.0f of %.0f s" % (age, float(cfg["warmup_seconds"]))
+            if drop or restarted:
+                reason = "restart detected; " + reason
+            return Decision(action="none", reason=reason, phase="warmup",
+                            recycles_in_storm_window=len(self.recycle_times), **base)
+        self.mem.append((t, float(mem_bytes)))
+        if ttft_p95 is not None and not math.isnan(ttft_p95):
+            self.ttft.append((t, float(ttft_p95)))
+        if preemptions is not None:
+            self.preempt.append((t, float(preemptions)))
+        self._trim(t)
+        span = self.mem[-1][0] - self.mem[0][0]
+        if span < float(cfg["min_window_seconds"]) or len(self.mem) < int(cfg["min_points"]):
+            return Decision(action="none", phase="collecting", window_points=len(self.mem),
+                            window_seconds=span,
+                            reason="collecting: %.0f of %.0f s clean history" % (
+                                span, float(cfg["min_window_seconds"])),
+                            recycles_in_storm_window=len(self.recycle_times), **base)
+        if (self.last_eval is not None and self.last_eval_t is not None
+                and t - self.last_eval_t < float(cfg["evaluate_every_seconds"])):
+            return self._repeat(base)
+        decision = self._evaluate(base)
+        self.last_eval_t, self.last_eval = t, decision
+        if decision.action == "recycle":
+            self.recycle_times.append(t)
+            self.last_recycle_t = t
+            decision.recycles_in_storm_window = len(self.recycle_times)
+            # Expect the target to restart; a new trend starts from here.
+            self.restart(t)
+        return decision
+
+    def _repeat(self, base: dict) -> Decision:
+        """Between evaluations, carry the last statistics; never repeat an action."""
+        prev = self.last_eval
+        data = asdict(prev)
+        data.update(base)
+        data.update(action="none", suppressed_by=None, window_points=len(self.mem),
+                    reason="between evaluations (every %ss); last: %s" % (
+                        self.cfg["evaluate_every_seconds"], prev.action),
+                    recycles_in_storm_window=len(self.recycle_times))
+        if prev.action == "alert":  # an alert condition persists until re-evaluated
+            data["action"] = "alert"
+            data["reason"] = prev.reason
+        return Decision(**data)
+
+    def _evaluate(self, base: dict) -> Decision:
+        cfg = self.cfg
+        t = base["t"]
+        t0 = self.mem[0][0]
+        pts = downsample([(x - t0, y) for x, y in self.mem], int(cfg["max_points"]))
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        mt = trend(xs, ys, float(cfg["confidence"]))
+        d = Decision(action="none", phase="evaluating", reason="", window_points=len(self.mem),
+                     window_seconds=self.mem[-1][0] - t0, **base)
+        d.recycles_in_storm_window = len(self.recycle_times)
+        if mt is None:
+            d.reason = "not enough points"
+            return d
+        d.slope_bytes_per_hour = mt.slope * HOUR
+        d.slope_lower_bytes_per_hour = mt.lower * HOUR
+        d.slope_upper_bytes_per_hour = mt.upper * HOUR
+        d.mk_p, d.mk_z, d.autocorrelation_factor = mt.p, mt.z, mt.variance_factor
+
+        # Capped-cache / burst guard on sub-window *floors* (25th percentiles): a leak is a ramp,
+        # so every sub-window's floor sits above the one before, and the newest floor is above
+        # every earlier floor since the (re)start by a margin. A cache that levelled off, a
+        # burst (a step that lifts peaks and one floor) or a daily swing that repeats fails it.
+        k = max(2, int(cfg["new_high_subwindows"]))
+        size = max(1, len(ys) // k)
+        floors = [_quantile(ys[len(ys) - (k - i) * size:len(ys) - (k - i - 1) * size], 0.25)
+                  for i in range(k)]
+        recent_floor = floors[-1]
+        earlier_best = max(floors[:-1] + ([self.floor_before_window] if self.floor_before_window else []))
+        margin = float(cfg["slope_threshold_bytes_per_hour"]) * (xs[-1] - xs[0]) / k / HOUR
+        ramp = all(floors[i + 1] > floors[i] for i in range(k - 1))
+        d.new_high = ramp and recent_floor > earlier_best + margin
+        self.floors.append((t, recent_floor))
+        while self.floors and self.floors[0][0] < t0:
+            self.floor_before_window = max(self.floor_before_window or 0.0, self.floors.popleft()[1])
+        recent_high = max(ys[-size:])
+
+        threshold = float(cfg["slope_threshold_bytes_per_hour"]) / HOUR
+        mem_trend = mt.p < float(cfg["mk_alpha"]) and mt.s > 0 and mt.lower > threshold
+        mem_rising = mem_trend and d.new_high
+
+        limit = cfg.get("memory_limit_bytes")
+        if limit and mt.slope > 0:
+            d.projected_seconds_to_limit = max(0.0, (float(limit) - recent_high) / mt.slope)
+
+        # TTFT trend over the same window.
+        ttft_rising = False
+        ttft_note = "no TTFT signal"
+        if len(self.ttft) >= int(cfg["ttft_min_points"]):
+            tpts = downsample([(x - t0, y) for x, y in self.ttft], int(cfg["max_points"]))
+            tt = trend([p[0] for p in tpts], [p[1] for p in tpts], float(cfg["confidence"]))
+            if tt is not None:
+                d.ttft_slope = tt.slope * HOUR
+                d.ttft_slope_lower = tt.lower * HOUR
+                d.ttft_mk_p = tt.p
+                start_level = tt.intercept + tt.slope * tpts[0][0]
+                end_level = tt.intercept + tt.slope * tpts[-1][0]
+                if start_level > 0:
+                    d.ttft_relative_rise = (end_level - start_level) / start_level
+                ttft_rising = (tt.p < float(cfg["mk_alpha"]) and tt.s > 0
+                               and tt.lower * HOUR > float(cfg["ttft_slope_threshold_seconds_per_hour"])
+                               and (d.ttft_relative_rise or 0.0) >= float(cfg["ttft_min_relative_rise"]))
+                ttft_note = "TTFT p95 slope %+.3f s/h (lower %+.3f, MK p=%.2g, rise %+.0f%%)" % (
+                    d.ttft_slope, d.ttft_slope_lower, tt.p, 100.0 * (d.ttft_relative_rise or 0.0))
+        if len(self.preempt) >= 2:
+            d.preemptions_in_window = max(0.0, self.preempt[-1][1] - self.preempt[0][1])
+
+        mem_note = "memory %s, slope %s/h (lower %s/h, MK p=%.2g, n/n*=%.2f, new high: %s)" % (
+            _fmt_bytes(base["memory_bytes"]), _fmt_bytes(d.slope_bytes_per_hour),
+            _fmt_bytes(d.slope_lower_bytes_per_hour), mt.p, mt.variance_factor,
+            "yes" if d.new_high else "no")
+        extra = []
+        if d.projected_seconds_to_limit is not None:
+            extra.append("limit %s projected in %.1f h" % (_fmt_bytes(float(limit)),
+                                                             d.projected_seconds_to_limit / HOUR))
+        if d.preemptions_in_window:
+            extra.append("%d preemptions in window" % d.preemptions_in_window)
+        for key, value in sorted(d.corroboration.items()):
+            extra.append("%s=%g" % (key, value))
+        tail = ("; " + "; ".join(extra)) if extra else ""
+
+        horizon = float(cfg["recycle_horizon_seconds"])
+        within = d.projected_seconds_to_limit is not None and d.projected_seconds_to_limit <= horizon
+        # A recycle needs the rise to hold at every evaluation for confirm_seconds (Prometheus
+        # `for:`): a burst or a short swing passes the test once, a leak keeps passing it.
+        # Hysteresis: entering needs the full test; staying needs a significant-ish slope above
+        # the threshold and a floor still setting highs, so a slow leak whose CI grazes the
+        # threshold is not reset each time, while a burst that passed stops counting.
+        still_rising = (mt.p < 10 * float(cfg["mk_alpha"]) and mt.slope > threshold
+                        and d.new_high)
+        if mem_rising and self.rising_since is None:
+            self.rising_since = t
+        elif not still_rising:
+            self.rising_since = None
+        confirmed = mem_rising and t - self.rising_since >= float(cfg["confirm_seconds"])
+        d.rising_for_seconds = 0.0 if self.rising_since is None else t - self.rising_since
+        if mem_rising and not confirmed and (ttft_rising or within):
+            d.action, d.diagnosis = "alert", "leak_unconfirmed"
+            d.reason = "memory rising for %.0f of %.0f s needed before a recycle: %s; %s%s" % (
+                d.rising_for_seconds, float(cfg["confirm_seconds"]), mem_note, ttft_note, tail)
+        elif mem_rising and ttft_rising:
+            d.action, d.diagnosis = "recycle", "leak_with_latency"
+            d.reason = ("memory and TTFT p95 rising together (host bookkeeping growth / "
+                        "fragmentation): %s; %s%s" % (mem_note, ttft_note, tail))
+        elif mem_rising and within:
+            d.action, d.diagnosis = "recycle", "leak_projected"
+            d.reason = "memory rising, limit crossed within the %.1f h horizon: %s; %s%s" % (
+                horizon / HOUR, mem_note, ttft_note, tail)
+        elif mem_rising:
+            d.action, d.diagnosis = "alert", "memory_rising"
+            d.reason = "memory rising without latency impact, limit not within %.1f h: %s; %s%s" % (
+                horizon / HOUR, mem_note, ttft_note, tail)
+        elif ttft_rising and mem_trend:
+            d.action, d.diagnosis = "alert", "latency_with_memory_bump"
+            d.reason = ("TTFT p95 and memory up, but the memory floor is not ramping (a burst or "
+                        "a plateau, not a leak): no recycle: %s; %s%s" % (ttft_note, mem_note, tail))
+        elif ttft_rising:
+            d.action, d.diagnosis = "alert", "latency_only"
+            d.reason = ("TTFT p95 rising with flat memory: placement or preemption, "
+                        "a recycle would not help: %s; %s%s" % (ttft_note, mem_note, tail))
+        else:
+            d.diagnosis = "steady"
+            d.reason = "no sustained trend: %s; %s%s" % (mem_note, ttft_note, tail)
+
+        if d.action == "recycle":
+            self._apply_policy(d, t)
+        return d
+
+    def _apply_policy(self, d: Decision, t: float) -> None:
+        cfg = self.cfg
+        if (self.last_recycle_t is not None
+                and t - self.last_recycle_t < float(cfg["cooldown_seconds"])):
+            d.action, d.suppressed_by = "alert", "cooldown"
+            d.reason = "recycle suppressed (cooldown %.0f s since last recycle): %s" % (
+                float(cfg["cooldown_seconds"]), d.reason)
+        elif len(self.recycle_times) >= int(cfg["storm_max_recycles"]):
+            d.action, d.suppressed_by = "alert", "storm_guard"
+            d.reason = "recycle suppressed (storm guard: %d recycles in %.1f h, alerting only): %s" % (
+                len(self.recycle_times), float(cfg["storm_window_seconds"]) / HOUR, d.reason)
+
+
+# ---------------------------------------------------------------------------
+# Replay.
+# ---------------------------------------------------------------------------
+def _opt_float(row: Dict[str, str], key: str) -> Optional[float]:
+    value = (row.get(key) or "").strip()
+    return float(value) if value else None
+
+
+def replay(trace_path: str, config: Dict[str, object], out=None,
+           actions_only: bool = False) -> List[Decision]:
+    out = out or sys.stdout
+    engine = DecisionEngine(config)
+    decisions = []
+    with open(trace_path, "r", encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or "t_seconds" not in reader.fieldnames \
+                or "rss_bytes" not in reader.fieldnames:
+            raise ValueError("%s: header must start with t_seconds,rss_bytes" % trace_path)
+        for row in reader:
+            d = engine.feed(float(row["t_seconds"]), float(row["rss_bytes"]),
+                            ttft_p95=_opt_float(row, "ttft_p95_seconds"),
+                            preemptions=_opt_float(row, "preemptions_total"))
+            decisions.append(d)
+            if not actions_only or d.action != "none":
+                out.write(d.to_json() + "\n")
+    return decisions
+
+
+# ---------------------------------------------------------------------------
+# Daemon: sensors.
+# ---------------------------------------------------------------------------
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _kv(text: str) -> Dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def cgroup_memory(cgroup_dir: str) -> Optional[Tuple[int, str]]:
+    """anon + swap of a cgroup (v2, else v1). Returns (bytes, source) or None."""
+    stat = _read(os.path.join(cgroup_dir, "memory.stat"))
+    if stat is None:
+        return None
+    values = _kv(stat)
+    if "anon" in values:  # cgroup v2
+        swap_text = _read(os.path.join(cgroup_dir, "memory.swap.current"))
+        swap = int(swap_text.strip()) if swap_text and swap_text.strip().isdigit() else 0
+        return values["anon"] + swap, "cgroup2 anon+swap"
+    rss = values.get("total_rss", values.get("rss"))
+    if rss is None:
+        return None
+    swap = values.get("total_swap", values.get("swap", 0))
+    return rss + swap, "cgroup1 rss+swap"
+
+
+def proc_anon_swap(proc_root: str, pid: int) -> Optional[int]:
+    """RssAnon + VmSwap of one process, bytes."""
+    text = _read(os.path.join(proc_root, str(pid), "status"))
+    if text is None:
+        return None
+    total = 0
+    found = False
+    for line in text.splitlines():
+        if line.startswith("RssAnon:") or line.startswith("VmSwap:"):
+            parts = line.split()
+            total += int(parts[1]) * 1024
+            found = True
+    return total if found else None
+
+
+def proc_start_time(proc_root: str, pid: int) -> Optional[int]:
+    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    if not text:
+        return None
+    try:
+        return int(text[text.rindex(")") + 2:].split()[19])  # field 22: starttime
+    except (ValueError, IndexError):
+        return None
+
+
+def cgroup_pids(cgroup_dir: str) -> List[int]:
+    text = _read(os.path.join(cgroup_dir, "cgroup.procs")) or ""
+    return [int(x) for x in text.split() if x.strip().isdigit()]
+
+
+def _run(argv: List[str], timeout: float) -> Tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace").strip()
+
+
+def cgroup_candidates(root: str, rel: str) -> List[str]:
+    """Where a cgroup path lives: unified (v2), hybrid's unified mount, the v1 memory controller,
+    or v1's name=systemd tree (process list only: then /proc RssAnon+VmSwap is the reading)."""
+    rel = rel.lstrip("/")
+    return [os.path.join(root, sub, rel) if sub else os.path.join(root, rel)
+            for sub in ("", "unified", "memory", "systemd")]
+
+
+def pick_cgroup_dir(candidates: Sequence[str]) -> Optional[str]:
+    """The first candidate with memory accounting, else the first that exists (pids only)."""
+    existing = [c for c in candidates if os.path.isdir(c)]
+    for cand in existing:
+        if os.path.exists(os.path.join(cand, "memory.stat")):
+            return cand
+    return existing[0] if existing else None
+
+
+def resolve_cgroup(cfg: Dict[str, object]) -> Optional[str]:
+    root = str(cfg["cgroup_root"])
+    if cfg.get("cgroup_path"):
+        path = str(cfg["cgroup_path"])
+        return path if os.path.isabs(path) else pick_cgroup_dir(cgroup_candidates(root, path))
+    if cfg.get("unit"):
+        rc, out = _run(["systemctl", "show", "-p", "ControlGroup", "--value", str(cfg["unit"])], 10)
+        if rc == 0 and out:
+            return pick_cgroup_dir(cgroup_candidates(root, out))
+        return None
+    if cfg.get("container"):
+        rc, out = _run([str(cfg["container_runtime"]), "inspect", "--format",
+                        "{{.State.Pid}}", str(cfg["container"])], 10)
+        if rc == 0 and out.isdigit() and int(out) > 0:
+            text = _read(os.path.join(str(cfg["proc_root"]), out, "cgroup")) or ""
+            candidates = []
+            for line in text.splitlines():
+                parts = line.split(":", 2)
+                if len(parts) != 3:
+                    continue
+                if "memory" in parts[1].split(","):      # cgroup v1 memory controller
+                    candidates.insert(0, os.path.join(root, "memory", parts[2].lstrip("/")))
+                elif parts[0] == "0":                    # v2 / hybrid unified
+                    candidates.extend(cgroup_candidates(root, parts[2])[:2])
+            return pick_cgroup_dir(candidates)
+    return None
+
+
+class MemorySensor:
+    """Samples anon+swap of the target; remembers the process identity to spot restarts."""
+
+    def __init__(self, cfg: Dict[str, object]):
+        self.cfg = cfg
+        self.cgroup_dir: Optional[str] = None
+        self.identity: Optional[Tuple[int, int]] = None
+
+    def sample(self) -> Dict[str, object]:
+        proc_root = str(self.cfg["proc_root"])
+        if self.cgroup_dir is None or not os.path.isdir(self.cgroup_dir):
+            self.cgroup_dir = resolve_cgroup(self.cfg)
+        pids: List[int] = []
+        total: Optional[int] = None
+        source = "none"
+        if self.cgroup_dir:
+            got = cgroup_memory(self.cgroup_dir)
+            pids = cgroup_pids(self.cgroup_dir)
+            if got is not None:
+                total, source = got
+        if self.cfg.get("pid"):
+            pids = pids or [int(self.cfg["pid"])]
+        per_process = {}
+        for pid in pids[:64]:
+            value = proc_anon_swap(proc_root, pid)
+            if value is not None:
+                per_process[pid] = value
+        if total is None and per_process:
+            total, source = sum(per_process.values()), "proc RssAnon+VmSwap"
+        # Identity = the oldest process: a restart replaces it.
+        identity = None
+        starts = [(proc_start_time(proc_root, pid), pid) for pid in pids[:64]]
+        starts = [s for s in starts if s[0] is not None]
+        if starts:
+            start, pid = min(starts)
+            identity = (pid, start)
+        restarted = self.identity is not None and identity is not None and identity != self.identity
+        if identity is not None:
+            self.identity = identity
+        return {"memory_bytes": total, "source": source, "restarted": restarted,
+                "per_process": per_process, "cgroup": self.cgroup_dir}
+
+
+class LatencySensor:
+    """TTFT p95 from the engine's histogram, or from an active streaming probe."""
+
+    def __init__(self, cfg: Dict[str, object]):
+        self.cfg = cfg
+        self.window = HistogramWindow(float(cfg["ttft_quantile"]), int(cfg["ttft_min_observations"]),
+                                      float(cfg["ttft_max_window_seconds"]))
+
+    def sample(self, t: float) -> Dict[str, object]:
+        out: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {},
+                                  "status": "no latency source"}
+        if self.cfg.get("metrics_url"):
+            try:
+                with urllib.request.urlopen(str(self.cfg["metrics_url"]),
+                                            timeout=float(self.cfg["http_timeout_seconds"])) as resp:
+                    text = resp.read().decode("utf-8", "replace")
+            except (OSError, urllib.error.URLError) as exc:
+                out["status"] = "metrics scrape failed: %s" % exc
+                return out
+            out.update(self.from_text(t, text))
+            if out["ttft_p95"] is not None or not self.cfg.get("probe_url"):
+                return out
+        if self.cfg.get("probe_url"):
+            value = probe_ttft(str(self.cfg["probe_url"]), self.cfg.get("probe_model"),
+                               float(self.cfg["probe_timeout_seconds"]))
+            out["ttft_p95"] = value
+            out["status"] = "probe ok" if value is not None else "probe failed"
+        return out
+
+    def from_text(self, t: float, text: str) -> Dict[str, object]:
+        samples = parse_exposition(text)
+        result: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {}}
+        base = first_family(samples, "ttft_histogram", "_bucket")
+        if base:
+            result["ttft_p95"] = self.window.update(t, histogram_buckets(samples, base))
+            result["status"] = "%s: %s" % (base, self.window.last_status)
+        else:
+            result["status"] = "no TTFT histogram in metrics"
+        for name in METRIC_NAMES["preemptions"]:
+            value = sum_family(samples, name)
+            if value is not None:
+                result["preemptions"] = value
+                break
+        for role, key in (("kv_cache_usage", "kv_cache_usage"), ("requests_waiting", "requests_waiting")):
+            for name in METRIC_NAMES[role]:
+                value = sum_family(samples, name)
+                if value is not None:
+                    result["corroboration"][key] = value
+                    break
+        return result
+
+
+def probe_ttft(url: str, model: Optional[object], timeout: float) -> Optional[float]:
+    """Seconds until the first streamed data chunk of a tiny /v1/completions request.
+
+    One probe is one observation, not a p95: the trend of many probes stands in for it.
+    """
+    body = {"prompt": "Hello", "max_tokens": 1, "stream": True}
+    if model:
+        body["model"] = model
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for line in resp:
+                if line.strip().startswith(b"data:"):
+                    return time.monotonic() - start
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Daemon: actuators.
+# ---------------------------------------------------------------------------
+class RecycleLock:
+    """fcntl lock so two recycles never overlap on a node (all watchdogs share the file)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.handle = None
+
+    def acquire(self) -> bool:
+        directory = os.path.dirname(self.path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        self.handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self.handle.close()
+            self.handle = None
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
+def recycle_command(cfg: Dict[str, object]) -> Optional[List[str]]:
+    """argv that restarts the target, for the command-line actuators."""
+    kind = cfg.get("actuator")
+    if kind == "systemd":
+        return ["systemctl", "restart", str(cfg["unit"])]
+    if kind in ("podman", "docker"):
+        return [str(kind), "restart", str(cfg["container"])]
+    return None
+
+
+def _read_token(path: Optional[object]) -> Optional[str]:
+    if not path:
+        return None
+    text = _read(str(path))
+    return text.strip() if text else None
+
+
+def gpustack_request(cfg: Dict[str, object]) -> urllib.request.Request:
+    server = str(cfg["gpustack_server"]).rstrip("/")
+    if cfg.get("gpustack_mode") == "delete_instance":
+        url = "%s/v2/model-instances/%s" % (server, cfg["gpustack_instance_id"])
+        method, data = "DELETE", None
+    else:
+        url = "%s/v2/models/%s/restart" % (server, cfg["gpustack_model_id"])
+        method, data = "POST", b"{}"
+    headers = {"Content-Type": "application/json"}
+    token = _read_token(cfg.get("gpustack_token_file"))
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    return urllib.request.Request(url, data=data, method=method, headers=headers)
+
+
+class Actuator:
+    def __init__(self, cfg: Dict[str, object], log):
+        self.cfg = cfg
+        self.log = log
+
+    def recycle(self) -> Dict[str, object]:
+        cfg = self.cfg
+        kind = cfg.get("actuator")
+        if kind in (None, "none"):
+            return {"ok": False, "detail": "no actuator configured (alert only)"}
+        if cfg.get("dry_run"):
+            return {"ok": True, "dry_run": True, "detail": "dry run: %s" % self.describe()}
+        lock = RecycleLock(str(cfg["lock_file"]))
+        if not lock.acquire():
+            return {"ok": False, "detail": "another recycle holds %s" % cfg["lock_file"]}
+        try:
+            self._drain()
+            if kind == "gpustack":
+                return self._gpustack()
+            argv = recycle_command(cfg)
+            if argv is None:
+                return {"ok": False, "detail": "unknown actuator %r" % kind}
+            rc, out = _run(argv, float(cfg["actuator_timeout_seconds"]))
+            return {"ok": rc == 0, "detail": "%s -> rc %d %s" % (" ".join(argv), rc, out[-200:])}
+        finally:
+            lock.release()
+
+    def describe(self) -> str:
+        if self.cfg.get("actuator") == "gpustack":
+            req = gpustack_request(self.cfg)
+            return "%s %s" % (req.get_method(), req.full_url)
+        return " ".join(recycle_command(self.cfg) or ["?"])
+
+    def _drain(self) -> None:
+        cfg = self.cfg
+        if cfg.get("pre_recycle_command"):
+            argv = [str(a) for a in cfg["pre_recycle_command"]]
+            rc, out = _run(argv, float(cfg["actuator_timeout_seconds"]))
+            self.log("drain", command=argv, rc=rc, output=out[-200:])
+        if cfg.get("drain_url"):
+            req = urllib.request.Request(str(cfg["drain_url"]), data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=float(cfg["http_timeout_seconds"])) as resp:
+                    self.log("drain", url=cfg["drain_url"], status=resp.status)
+            except (OSError, urllib.error.URLError) as exc:
+                self.log("drain", url=cfg["drain_url"], error=str(exc))
+        grace = float(cfg.get("drain_grace_seconds") or 0)
+        if grace > 0:
+            time.sleep(grace)
+
+    def _gpustack(self) -> Dict[str, object]:
+        req = gpustack_request(self.cfg)
+        try:
+            with urllib.request.urlopen(req, timeout=float(self.cfg["http_timeout_seconds"])) as resp:
+                return {"ok": 200 <= resp.status < 300,
+                        "detail": "%s %s -> %d" % (req.get_method(), req.full_url, resp.status)}
+        except urllib.error.HTTPError as exc:
+            return {"ok": False, "detail": "%s %s -> %d" % (req.get_method(), req.full_url, exc.code)}
+        except (OSError, urllib.error.URLError) as exc:
+            return {"ok": False, "detail": "%s %s -> %s" % (req.get_method(), req.full_url, exc)}
+
+
+# ---------------------------------------------------------------------------
+# Daemon: outputs.
+# ---------------------------------------------------------------------------
+def sd_notify(message: str, env: Optional[Dict[str, str]] = None) -> bool:
+    """Send a datagram to $NOTIFY_SOCKET ('@' = abstract namespace). False without systemd."""
+    address = (env if env is not None else os.environ).get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.connect(address)
+        sock.sendall(message.encode("utf-8"))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+ACTION_CODE = {"none": 0, "alert": 1, "recycle": 2}
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_metrics(target: str, decision: Decision, recycles_total: int) -> str:
+    label = '{target="%s"}' % _escape_label(target)
+    rows = [
+        ("kvpin_watchdog_memory_bytes", "gauge", "anon+swap of the watched target", decision.memory_bytes),
+        ("kvpin_watchdog_slope_bytes_per_hour", "gauge", "Theil-Sen slope of memory",
+         decision.slope_bytes_per_hour),
+        ("kvpin_watchdog_slope_lower_bytes_per_hour", "gauge", "lower CI bound of the slope",
+         decision.slope_lower_bytes_per_hour),
+        ("kvpin_watchdog_ttft_p95_seconds", "gauge", "TTFT p95 of the last window", decision.ttft_p95),
+        ("kvpin_watchdog_projected_seconds_to_limit", "gauge", "time until the memory limit at the slope",
+         decision.projected_seconds_to_limit),
+        ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle",
+         ACTION_CODE[decision.action]),
+        ("kvpin_watchdog_recycles_total", "counter", "recycles performed by this watchdog", recycles_total),
+    ]
+    lines = []
+    for name, kind, help_text, value in rows:
+        if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+            continue
+        lines.append("# HELP %s %s" % (name, help_text))
+        lines.append("# TYPE %s %s" % (name, kind))
+        lines.append("%s%s %s" % (name, label, repr(float(value)) if isinstance(value, float) else value))
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(directory: str, target: str, text: str) -> str:
+    """Atomic: the collector never reads a half-written file."""
+    os.makedirs(directory, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", target)
+    final = os.path.join(directory, "kvpin_watchdog_%s.prom" % safe)
+    fd, tmp = tempfile.mkstemp(prefix=".kvpin_watchdog_", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return final
+
+
+class Daemon:
+    def __init__(self, cfg: Dict[str, object], out=None, clock=time.time):
+        self.cfg = cfg
+        self.out = out or sys.stdout
+        self.clock = clock
+        self.engine = DecisionEngine(cfg)
+        self.memory = MemorySensor(cfg)
+        self.latency = LatencySensor(cfg)
+        self.actuator = Actuator(cfg, self.log)
+        self.recycles_total = 0
+        self.stopping = False
+
+    def log(self, event: str, **fields: object) -> None:
+        record = {"ts": round(self.clock(), 3), "target": self.cfg["name"], "event": event}
+        record.update(fields)
+        self.out.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
+        self.out.flush()
+
+    def tick(self) -> Decision:
+        now = self.clock()
+        mem = self.memory.sample()
+        lat = self.latency.sample(now)
+        if mem["memory_bytes"] is None:
+            decision = Decision(t=now, action="none", phase="collecting",
+                                reason="no memory reading (cgroup %s)" % mem["cgroup"])
+            self.log("decision", **json.loads(decision.to_json()))
+            return decision
+        decision = self.engine.feed(now, mem["memory_bytes"], ttft_p95=lat["ttft_p95"],
+                                    preemptions=lat["preemptions"], restarted=bool(mem["restarted"]),
+                                    corroboration=lat["corroboration"])
+        record = json.loads(decision.to_json())
+        record["memory_source"] = mem["source"]
+        record["per_process_bytes"] = mem["per_process"]
+        record["latency_status"] = lat.get("status")
+        self.log("decision", **record)
+        if decision.action == "recycle":
+            result = self.actuator.recycle()
+            if result.get("ok") and not result.get("dry_run"):
+                self.recycles_total += 1
+            self.log("recycle", **result)
+        if self.cfg.get("textfile_dir"):
+            write_textfile(str(self.cfg["textfile_dir"]), str(self.cfg["name"]),
+                           render_metrics(str(self.cfg["name"]), decision, self.recycles_total))
+        sd_notify("WATCHDOG=1\nSTATUS=%s: %s" % (decision.action, decision.reason[:200]))
+        return decision
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        self.log("start", config={k: v for k, v in self.cfg.items() if k != "gpustack_token_file"})
+        sd_notify("READY=1\nSTATUS=watching %s" % self.cfg["name"])
+        interval = float(self.cfg["interval_seconds"])
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the watchdog
+                self.log("error", error="%s: %s" % (type(exc).__name__, exc))
+            # Keep the systemd watchdog fed while sleeping in small steps.
+            while not self.stopping and time.monotonic() - started < interval:
+                time.sleep(min(1.0, interval))
+        sd_notify("STOPPING=1")
+        self.log("stop")
+        return 0
+
+    def _stop(self, *_args) -> None:
+        self.stopping = True
+
+
+# ---------------------------------------------------------------------------
+# CLI.
+# ---------------------------------------------------------------------------
+def main(argv: Optional[Iterable[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvpin_watchdog", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("daemon", help="watch one target")
+    d.add_argument("--config", required=True)
+    d.add_argument("--once", action="store_true", help="run one tick and exit")
+    r = sub.add_parser("replay", help="replay a CSV trace through the decision engine")
+    r.add_argument("--trace", required=True)
+    r.add_argument("--config")
+    r.add_argument("--actions-only", action="store_true", help="print only alert/recycle lines")
+    c = sub.add_parser("check-config", help="validate a daemon config file and exit")
+    c.add_argument("--config", required=True)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("kvpin_watchdog: %s\n" % exc)
+        return 2
+    if args.command == "replay":
+        try:
+            replay(args.trace, cfg, actions_only=args.actions_only)
+        except (OSError, ValueError, KeyError) as exc:
+            sys.stderr.write("kvpin_watchdog: %s\n" % exc)
+            return 2
+        return 0
+    errors = validate_config(cfg)
+    if args.command == "check-config" or errors:
+        for error in errors:
+            sys.stderr.write("kvpin_watchdog: %s: %s\n" % (args.config, error))
+        return 2 if errors else 0
+    daemon = Daemon(cfg)
+    if args.once:
+        daemon.tick()
+        return 0
+    return daemon.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

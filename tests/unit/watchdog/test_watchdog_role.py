@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Role serving_watchdog: argument_specs mirror defaults; templates render (real ansible-playbook,
+local connection, files into tmp_path only) into a config the program accepts, a unit whose
+`systemd-analyze security --offline` exposure is <= 2.0, and a polkit rule for one unit."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import PROGRAM, ROOT  # pylint: disable=import-error
+
+ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
+PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+
+
+def _yaml(rel):
+    with open(os.path.join(ROLE, rel), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def test_argument_specs_mirror_defaults():
+    defaults = _yaml("defaults/main.yml")
+    options = _yaml("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options)
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+        assert name.startswith("serving_watchdog_")
+
+
+def test_every_template_starts_with_ansible_managed():
+    for name in os.listdir(os.path.join(ROLE, "templates")):
+        with open(os.path.join(ROLE, "templates", name), encoding="utf-8") as handle:
+            assert handle.readline().startswith("{{ ansible_managed | comment"), name
+
+
+def test_target_keys_passed_through_exist_in_the_program(wd):
+    passthrough = _yaml("vars/main.yml")["_serving_watchdog_passthrough_keys"]
+    assert set(passthrough) <= set(wd.DEFAULTS)
+    spec = _yaml("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    target_opts = spec["serving_watchdog_targets"]["options"]
+    assert set(passthrough) <= set(target_opts)
+
+
+# vars_files outrank play vars, so the test's own values come in as extra vars (EXTRA).
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: Render
+      ansible.builtin.template:
+        src: "{role}/templates/{{{{ item.1 }}}}"
+        dest: "{out}/{{{{ item.0.name }}}}-{{{{ item.1 }}}}"
+        mode: "0644"
+      # The role writes a polkit rule only for systemd-actuated targets (the first one here).
+      loop: "{{{{ serving_watchdog_targets | product(['watchdog.json.j2', 'kvpin-watchdog.service.j2']) | list
+                 + [[serving_watchdog_targets[0], 'polkit.rules.j2']] }}}}"
+      loop_control:
+        label: "{{{{ item.0.name }}}} {{{{ item.1 }}}}"
+      vars:
+        serving_watchdog_target: "{{{{ item.0 }}}}"
+"""
+
+EXTRA = {
+    "ansible_managed": "Ansible managed",
+    "serving_watchdog_settings": {"slope_threshold_bytes_per_hour": 20971520},
+    "serving_watchdog_targets": [
+        {"name": "gpustack", "unit": "gpustack.service", "metrics_url": "http://127.0.0.1:8000/metrics",
+         "memory_limit_bytes": 68719476736, "settings": {"cooldown_seconds": 7200}},
+        {"name": "vllm-llama", "container": "gpustack-vllm-llama", "container_runtime": "docker",
+         "actuator": "gpustack", "gpustack_server": "http://127.0.0.1:9", "gpustack_model_id": 3,
+         "gpustack_api_key": "gpustack_abc_verysecret"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip("ansible-playbook not in .venv")
+    out = tmp_path_factory.mktemp("render")
+    play = out / "play.yml"
+    play.write_text(PLAY.format(role=ROLE, out=out))
+    extra = out / "extra.json"
+    extra.write_text(json.dumps(EXTRA))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    proc = subprocess.run([PLAYBOOK, "-i", "localhost,", "-c", "local", "-e", "@%s" % extra, str(play)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verysecret" not in proc.stdout
+    return out
+
+
+def test_rendered_configs_pass_the_program_check(rendered):
+    for name in ("gpustack", "vllm-llama"):
+        path = str(rendered / ("%s-watchdog.json.j2" % name))
+        proc = subprocess.run([sys.executable, PROGRAM, "check-config", "--config", path],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+    text = (rendered / "gpustack-watchdog.json.j2").read_text()
+    cfg = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    assert cfg["actuator"] == "systemd" and cfg["cooldown_seconds"] == 7200
+    assert cfg["slope_threshold_bytes_per_hour"] == 20971520
+    other = (rendered / "vllm-llama-watchdog.json.j2").read_text()
+    assert "verysecret" not in other and '"gpustack_token_file": "/etc/kvpin-watchdog/vllm-llama.token"' in other
+
+
+def test_rendered_unit_is_hardened(rendered):
+    unit = (rendered / "gpustack-kvpin-watchdog.service.j2").read_text()
+    for line in ("Type=notify", "WatchdogSec=180", "Restart=on-failure", "NoNewPrivileges=yes",
+                 "ProtectSystem=strict", "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service",
+                 "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "MemoryDenyWriteExecute=yes",
+                 "ReadWritePaths=/var/lib/prometheus/node-exporter /run/kvpin-watchdog",
+                 "User=kvpin-watchdog"):
+        assert line in unit, line
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze not installed")
+    unit_dir = rendered / "units"
+    unit_dir.mkdir(exist_ok=True)
+    (unit_dir / "kvpin-watchdog-gpustack.service").write_text(unit)
+    proc = subprocess.run([analyze, "security", "--offline=true", "--no-pager",
+                           "kvpin-watchdog-gpustack.service"], cwd=str(unit_dir),
+                          capture_output=True, text=True, check=False)
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", proc.stdout)
+    assert match, proc.stdout + proc.stderr
+    print("systemd-analyze security exposure: %s" % match.group(1))
+    assert float(match.group(1)) <= 2.0
+
+
+def test_polkit_rule_allows_only_restart_of_one_unit(rendered):
+    rule = (rendered / "gpustack-polkit.rules.j2").read_text()
+    assert rule.startswith("//")          # JavaScript: a '#' header would break polkit
+    assert 'action.lookup("unit") == "gpustack.service"' in rule
+    assert 'action.lookup("verb") == "restart"' in rule
+    assert 'subject.user == "kvpin-watchdog"' in rule
+    assert 'action.id == "org.freedesktop.systemd1.manage-units"' in rule
