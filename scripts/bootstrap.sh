@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 kvpin.fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# One-time (and idempotent) setup of a fresh Debian/Ubuntu machine, as root:
+#   - apt packages for the lab fleet (podman + runc + debootstrap) and the NVML stub (gcc)
+#   - <repo>/.venv with the pinned controller toolchain (requirements.txt)
+#   - the NVML stub library (tests/nvml_stub/build.sh)
+#   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
+#   - <repo>/.cache/collections/ansible_collections/kvpin/fleet -> <repo> (ansible.cfg uses it)
+# A second run changes nothing and takes a few seconds.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$REPO/.venv"
+WHEELHOUSE="$REPO/.cache/wheelhouse"
+COLLECTION_LINK="$REPO/.cache/collections/ansible_collections/kvpin/fleet"
+# HOME for ansible-test (scripts/test.sh): its venvs and caches live under ~/.ansible/test, and a
+# private one keeps parallel runs from other checkouts from rebuilding the same venvs under it.
+ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
+PYTHON="${KVPIN_PYTHON:-python3}"
+APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
+              python3 python3-venv python3-pip git rsync ca-certificates shellcheck)
+
+log() { printf 'bootstrap: %s\n' "$*" >&2; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+[[ $EUID -eq 0 ]] || die "run as root (apt-get, podman with systemd containers)"
+
+apt_packages() {
+    local missing=() p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if ((${#missing[@]} == 0)); then log "apt: all packages present"; return; fi
+    log "apt: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The venv is rebuilt only when requirements.txt changed (stamp = its sha256).
+venv() {
+    local stamp="$VENV/.kvpin-requirements.sha256" want
+    want="$(sha256sum "$REPO/requirements.txt" | cut -d' ' -f1)"
+    if [[ -x "$VENV/bin/python" && -r "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        log "venv: $VENV up to date"; return
+    fi
+    [[ -x "$VENV/bin/python" ]] || { log "venv: creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+    log "venv: installing requirements.txt"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -r "$REPO/requirements.txt"
+    echo "$want" >"$stamp"
+}
+
+nvml_stub() {
+    local build="$REPO/tests/nvml_stub/build.sh"
+    [[ -r "$build" ]] || die "$build missing (the NVML stub is part of the repository)"
+    log "nvml stub: tests/nvml_stub/build.sh"
+    bash "$build"
+    [[ -r "$REPO/tests/nvml_stub/build/libnvidia-ml.so.1" ]] || die "stub build did not produce tests/nvml_stub/build/libnvidia-ml.so.1"
+}
+
+# The node-side version comes from the one pin in requirements.txt.
+wheelhouse() {
+    local pin
+    pin="$(grep -E '^nvidia-ml-py==' "$REPO/requirements.txt" | head -n1)"
+    [[ -n "$pin" ]] || die "requirements.txt has no nvidia-ml-py==VERSION pin"
+    mkdir -p "$WHEELHOUSE"
+    if compgen -G "$WHEELHOUSE/nvidia_ml_py-${pin#*==}-*.whl" >/dev/null; then
+        log "wheelhouse: $pin present"; return
+    fi
+    log "wheelhouse: pip download $pin"
+    # Drop other versions so the node installs exactly the pinned one.
+    rm -f "$WHEELHOUSE"/nvidia_ml_py-*.whl
+    "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$WHEELHOUSE" "$pin"
+}
+
+# ansible-test bootstraps pip into each sanity venv with a get-pip script from
+# ci-files.testing.ansible.com, which is unreachable here (PyPI is). Its documented fallback is a
+# script at ~/.ansible/test/cache/get_pip_<ver>.py: ours runs pip from the same pip version's wheel.
+# ~ is ANSIBLE_TEST_HOME, the HOME scripts/test.sh gives ansible-test.
+ansible_test_get_pip() {
+    local ver cache wheel
+    ver="$(grep -oE "pip='[0-9.]+'" "$VENV"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py \
+           | head -n1 | tr -dc '0-9.')"
+    [[ -n "$ver" ]] || die "cannot find ansible-test's pip version"
+    cache="$ANSIBLE_TEST_HOME/.ansible/test/cache/get_pip_${ver//./_}.py"
+    wheel="$WHEELHOUSE/pip-$ver-py3-none-any.whl"
+    [[ -r "$wheel" ]] || "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$WHEELHOUSE" "pip==$ver"
+    [[ -r "$cache" ]] && grep -q "$wheel" "$cache" && { log "ansible-test: pip $ver bootstrap present"; return; }
+    mkdir -p "$(dirname "$cache")"
+    cat >"$cache" <<PY
+# Written by kvpin.fleet scripts/bootstrap.sh: stands in for ansible-test's get-pip-$ver.py
+# (unreachable) and installs pip from $wheel, taking ansible-test's arguments.
+import sys
+sys.path.insert(0, "$wheel")
+from pip._internal.cli.main import main
+# --no-setuptools/--no-wheel are get-pip options, not pip's: without them pip adds nothing anyway.
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+sys.exit(main(["install", "--upgrade", "--force-reinstall", "$wheel"] + [a for a in args if not a.startswith("pip==")]))
+PY
+    log "ansible-test: pip $ver bootstrap written to $cache"
+}
+
+collection_link() {
+    if [[ "$(readlink "$COLLECTION_LINK" 2>/dev/null)" == "$REPO" ]]; then return; fi
+    mkdir -p "$(dirname "$COLLECTION_LINK")"
+    ln -sfn "$REPO" "$COLLECTION_LINK"
+    log "collection: $COLLECTION_LINK -> $REPO"
+}
+
+apt_packages
+venv
+nvml_stub
+wheelhouse
+ansible_test_get_pip
+collection_link
+log "done"

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 kvpin.fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# The four-node lab fleet: systemd containers (podman + runc) from a Debian 12 image built
+# locally with debootstrap, each seeing its own GPUs through the NVML stub library and the
+# node's JSON fixture. Recipe and traps (crun, ulimits, systemd >= 256): shared/docs/LAB.md.
+#
+# Usage: scripts/lab.sh up [NODE...] | down [NODE...] | status | rebuild-image | image
+#                       | set-fixture NODE FILE | nodes
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LAB_DIR="${KVPIN_LAB_DIR:-$REPO/.lab}"
+IMAGE="${KVPIN_LAB_IMAGE:-localhost/kvpin-node:bookworm}"
+SUITE=bookworm   # systemd 252: newer systemd (>= 256) refuses to boot on this host's cgroup v1
+# Node name -> fixture file; the node names are the inventory's (inventory/lab/hosts.yml).
+NODES=(lab-a6000x4 lab-4090x4 lab-4090x2 lab-mixed)
+# Containers are named PREFIX+node so two checkouts on one machine can each run a fleet;
+# inventory/lab reads the same variable for ansible_host. Hostnames stay the node names.
+PREFIX="${KVPIN_LAB_PREFIX:-}"
+[[ "$PREFIX" =~ ^[a-zA-Z0-9_.-]*$ ]] || { echo "lab: error: KVPIN_LAB_PREFIX '$PREFIX' is not a valid container name prefix" >&2; exit 1; }
+STUB_LIB="${KVPIN_NVML_STUB_LIB:-$REPO/tests/nvml_stub/build/libnvidia-ml.so.1}"
+FIXTURE_DIR="${KVPIN_NVML_FIXTURE_DIR:-$REPO/tests/fixtures/nvml}"
+# Where the stub reads its fixture by default (KVPIN_NVML_STUB_CONFIG overrides it in the stub).
+NODE_FIXTURE_PATH=/etc/kvpin/nvml-stub.json
+NODE_LIB_DIR=/usr/local/lib
+# Limits below the host's hard limits; without them podman asks for more and the start is refused.
+RUN_OPTS=(--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=20000:20000 --systemd=always)
+BOOT_TIMEOUT_S="${KVPIN_LAB_BOOT_TIMEOUT_S:-90}"
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-pip,iproute2,procps,ca-certificates
+
+log() { printf 'lab: %s\n' "$*" >&2; }
+die() { printf 'lab: error: %s\n' "$*" >&2; exit 1; }
+
+# The Debian mirror apt already uses (deb822 .sources or one-line sources.list), so the build
+# works behind the same mirror/proxy as the host; deb.debian.org when the host is not Debian.
+debian_mirror() {
+    if [[ -n "${KVPIN_DEBIAN_MIRROR:-}" ]]; then echo "$KVPIN_DEBIAN_MIRROR"; return; fi
+    local uri
+    uri="$( { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}';
+              cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+                | awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}'; } \
+            | grep -E '/debian/?$' | head -n1 || true)"
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+image_exists() { podman image exists "$IMAGE"; }
+
+build_image() {
+    local rootfs debs="$LAB_DIR/debs" mirror keyring=()
+    mirror="$(debian_mirror)"
+    mkdir -p "$debs"
+    rootfs="$(mktemp -d "$LAB_DIR/rootfs.XXXXXX")"
+    chmod 0755 "$rootfs"   # it becomes the image's /
+    # Ubuntu hosts need Debian's keyring to verify a bookworm Release file.
+    [[ -r /usr/share/keyrings/debian-archive-keyring.gpg ]] \
+        && keyring=(--keyring=/usr/share/keyrings/debian-archive-keyring.gpg)
+    log "debootstrap $SUITE from $mirror (debs cached in $debs)"
+    debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$debs" "${keyring[@]}" \
+        "$SUITE" "$rootfs" "$mirror" >"$LAB_DIR/debootstrap.log" 2>&1 \
+        || { tail -n 20 "$LAB_DIR/debootstrap.log" >&2; rm -rf "$rootfs"; die "debootstrap failed (log: $LAB_DIR/debootstrap.log)"; }
+    # Nodes never reach a package index (LAB.md: no TLS to the outside); keep the image small.
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    log "podman import $IMAGE"
+    tar -C "$rootfs" -c . | podman import --quiet --change 'CMD ["/sbin/init"]' - "$IMAGE" >/dev/null
+    rm -rf "$rootfs"
+}
+
+# One build at a time per machine: a second `up` waits for the first one's image.
+with_image_lock() {
+    local lock="${KVPIN_LAB_LOCK:-}"
+    [[ -n "$lock" ]] || { [[ -d /run/lock ]] && lock=/run/lock/kvpin-lab-image.lock || lock=/tmp/kvpin-lab-image.lock; }
+    (
+        flock -w 900 9 || die "timed out waiting for $lock"
+        "$@"
+    ) 9>"$lock"
+}
+
+ensure_image_locked() {
+    if image_exists; then log "image $IMAGE exists (reused)"; else build_image; fi
+}
+
+ensure_image() { with_image_lock ensure_image_locked; }
+
+# Containers of ANY prefix (other checkouts, other sessions) that were made from the image.
+image_users() { podman ps -a --filter ancestor="$IMAGE" --format '{{.Names}}' 2>/dev/null; }
+
+known_node() {
+    local n
+    for n in "${NODES[@]}"; do [[ "$n" == "$1" ]] && return 0; done
+    die "unknown node '$1' (nodes: ${NODES[*]})"
+}
+
+container() { printf '%s%s' "$PREFIX" "$1"; }
+
+container_state() { podman container inspect --format '{{.State.Status}}' "$(container "$1")" 2>/dev/null || echo absent; }
+
+wait_booted() {
+    local node="$1" deadline=$((SECONDS + BOOT_TIMEOUT_S)) state
+    while :; do
+        state="$(podman exec "$(container "$node")" systemctl is-system-running 2>/dev/null || true)"
+        case "$state" in
+            running|degraded) log "$node: systemd $state"; return 0 ;;
+        esac
+        ((SECONDS < deadline)) || die "$node: systemd not up after ${BOOT_TIMEOUT_S}s (state '${state:-none}')"
+        sleep 1
+    done
+}
+
+# Copy FILE in as the node's NVML fixture (what the stub answers). Used by `up` and by tests that
+# swap a node's cards; the next gpu_facts run reads the new file (the stub reads it at nvmlInit).
+set_fixture() {
+    local node="$1" file="$2"
+    known_node "$node"
+    [[ -r "$file" ]] || die "fixture '$file' not readable"
+    podman exec "$(container "$node")" mkdir -p "$(dirname "$NODE_FIXTURE_PATH")"
+    podman cp "$file" "$(container "$node"):$NODE_FIXTURE_PATH"
+    podman exec "$(container "$node")" chmod 0644 "$NODE_FIXTURE_PATH"
+}
+
+install_stub() {
+    local node="$1"
+    [[ -r "$STUB_LIB" ]] || die "NVML stub library $STUB_LIB missing: run tests/nvml_stub/build.sh (scripts/bootstrap.sh does)"
+    podman cp "$STUB_LIB" "$(container "$node"):$NODE_LIB_DIR/libnvidia-ml.so.1"
+    podman exec "$(container "$node")" ldconfig
+}
+
+start_node() {
+    local node="$1" state
+    state="$(container_state "$node")"
+    case "$state" in
+        running) log "$node: already running" ;;
+        absent)
+            podman run -d --name "$(container "$node")" --hostname "$node" "${RUN_OPTS[@]}" \
+                --label kvpin.lab=1 "$IMAGE" /sbin/init >/dev/null
+            log "$node: started" ;;
+        *)
+            # Stopped/exited/created: start the same container (keeps what converge installed).
+            podman start "$(container "$node")" >/dev/null
+            log "$node: restarted from state '$state'" ;;
+    esac
+    wait_booted "$node"
+    install_stub "$node"
+    set_fixture "$node" "$FIXTURE_DIR/$node.json"
+}
+
+cmd_up() {
+    local nodes=("$@") n
+    ((${#nodes[@]})) || nodes=("${NODES[@]}")
+    for n in "${nodes[@]}"; do known_node "$n"; done
+    [[ -r "$STUB_LIB" ]] || die "NVML stub library $STUB_LIB missing: run tests/nvml_stub/build.sh (scripts/bootstrap.sh does)"
+    for n in "${nodes[@]}"; do
+        [[ -r "$FIXTURE_DIR/$n.json" ]] || die "fixture $FIXTURE_DIR/$n.json missing"
+    done
+    ensure_image
+    for n in "${nodes[@]}"; do start_node "$n"; done
+}
+
+cmd_down() {
+    local nodes=("$@") n
+    ((${#nodes[@]})) || nodes=("${NODES[@]}")
+    for n in "${nodes[@]}"; do
+        known_node "$n"
+        if [[ "$(container_state "$n")" != absent ]]; then
+            podman rm -f -t 5 "$(container "$n")" >/dev/null
+            log "$n: removed"
+        fi
+    done
+}
+
+cmd_status() {
+    local n state boot rc=0
+    if image_exists; then echo "image   $IMAGE present"; else echo "image   $IMAGE absent"; fi
+    for n in "${NODES[@]}"; do
+        state="$(container_state "$n")"
+        boot=-
+        [[ "$state" == running ]] && boot="$(podman exec "$(container "$n")" systemctl is-system-running 2>/dev/null || true)"
+        printf '%-12s %-10s systemd=%-8s container=%s\n' "$n" "$state" "${boot:--}" "$(container "$n")"
+        [[ "$state" == running ]] || rc=3
+    done
+    return "$rc"
+}
+
+rebuild_image_locked() {
+    local users
+    users="$(image_users | tr '\n' ' ')"
+    # Never force: removing an image in use would remove those containers with it.
+    [[ -z "${users// /}" ]] || die "image $IMAGE is in use by: $users(run '$0 down'; other prefixes are other runs)"
+    if image_exists; then podman rmi "$IMAGE" >/dev/null || die "podman rmi $IMAGE failed"; fi
+    build_image
+}
+
+cmd_rebuild_image() { with_image_lock rebuild_image_locked; }
+
+main() {
+    [[ $EUID -eq 0 ]] || die "run as root (podman + runc with systemd containers)"
+    mkdir -p "$LAB_DIR"
+    local cmd="${1:-}"
+    shift || true
+    case "$cmd" in
+        up) cmd_up "$@" ;;
+        down) cmd_down "$@" ;;
+        status) cmd_status ;;
+        image) ensure_image ;;
+        rebuild-image) cmd_rebuild_image ;;
+        set-fixture) (($# == 2)) || die "usage: $0 set-fixture NODE FILE"; set_fixture "$1" "$2" ;;
+        nodes) printf '%s\n' "${NODES[@]}" ;;
+        *) die "usage: $0 up [NODE...] | down [NODE...] | status | image | rebuild-image | set-fixture NODE FILE | nodes" ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 kvpin.fleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# The whole test suite, as CI runs it (.ci/run) on a fresh machine, as root, with no input:
+#   bootstrap -> unit (pytest) -> ansible-lint -> ansible-test sanity -> molecule (lab fleet)
+#   -> benchmarks -> integration (pytest, lab fleet)
+# Every step runs even when an earlier one failed (except bootstrap), so one run shows every
+# failure; the exit status is non-zero when any step failed. Timing per step at the end, then a
+# final "N passed, M failed" line over the steps.
+# KVPIN_TEST_STEPS="unit lint" runs only the named steps (bootstrap always runs).
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO" || exit 2
+VENV_BIN="$REPO/.venv/bin"
+ALL_STEPS=(unit lint sanity molecule bench integration)
+read -r -a STEPS <<<"${KVPIN_TEST_STEPS:-${ALL_STEPS[*]}}"
+
+declare -a RESULT_NAMES=() RESULT_RCS=() RESULT_SECONDS=()
+
+banner() { printf '\n===== %s =====\n' "$*"; }
+
+run_step() {
+    local name="$1" start rc
+    shift
+    banner "$name"
+    start=$SECONDS
+    "$@"
+    rc=$?
+    RESULT_NAMES+=("$name"); RESULT_RCS+=("$rc"); RESULT_SECONDS+=("$((SECONDS - start))")
+    printf -- '----- %s: %s in %ss\n' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED (rc=$rc)")" "$((SECONDS - start))"
+    return "$rc"
+}
+
+step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
+
+step_unit() { "$VENV_BIN/pytest" tests/unit -q -p no:cacheprovider; }
+
+step_lint() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/ansible-lint"; }
+
+# ansible-test needs the tree at .../ansible_collections/kvpin/fleet. The copy holds what git
+# would commit (tracked + untracked files that are not ignored), so it tests the working tree.
+step_sanity() {
+    local tmp dest python rc
+    tmp="$(mktemp -d "${TMPDIR:-/tmp}/kvpin-sanity.XXXXXX")"
+    dest="$tmp/ansible_collections/kvpin/fleet"
+    mkdir -p "$dest"
+    if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+        git -C "$REPO" ls-files -z --cached --others --exclude-standard \
+            | rsync -a --from0 --files-from=- "$REPO/" "$dest/"
+    else
+        rsync -a --exclude=.git --exclude=.venv --exclude=.cache --exclude=.lab \
+            --exclude=tests/output --exclude='*.tar.gz' --exclude=__pycache__ "$REPO/" "$dest/"
+    fi
+    python="$("$VENV_BIN/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    # --venv: ansible-test installs each sanity test's pinned requirements from PyPI into its own
+    # venvs; HOME is private (see scripts/bootstrap.sh, ansible_test_get_pip) and keeps them cached.
+    (cd "$dest" && HOME="$REPO/.cache/ansible-test-home" "$VENV_BIN/ansible-test" sanity \
+        --venv --python "$python" --color no)
+    rc=$?
+    rm -rf "$tmp"
+    return "$rc"
+}
+
+# The lab scenario. Other scenarios (hardware_change, bad_node) run from their own pytest
+# wrappers in tests/integration, so they are not repeated here.
+step_molecule() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" test -s default; }
+
+step_bench() {
+    local bench rc=0
+    for bench in benchmarks/bench_*.py; do
+        [[ -e "$bench" ]] || continue
+        banner "benchmark $bench"
+        PATH="$VENV_BIN:$PATH" "$VENV_BIN/python" "$bench" || rc=$?
+    done
+    return "$rc"
+}
+
+step_integration() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/pytest" tests/integration -q -p no:cacheprovider; }
+
+main() {
+    local total_start=$SECONDS step i passed=0 failed=0
+    [[ $EUID -eq 0 ]] || { echo "test.sh: run as root (the lab fleet needs podman + runc)" >&2; exit 2; }
+    if ! run_step bootstrap step_bootstrap; then
+        echo "0 passed, 1 failed (bootstrap failed; nothing else ran)"
+        exit 1
+    fi
+    for step in "${STEPS[@]}"; do
+        declare -F "step_$step" >/dev/null || { echo "test.sh: unknown step '$step' (steps: ${ALL_STEPS[*]})" >&2; exit 2; }
+        run_step "$step" "step_$step"
+    done
+    banner "timing"
+    printf '%-12s %-8s %8s\n' step result seconds
+    for i in "${!RESULT_NAMES[@]}"; do
+        if [[ ${RESULT_RCS[$i]} -eq 0 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+        printf '%-12s %-8s %8s\n' "${RESULT_NAMES[$i]}" "$([[ ${RESULT_RCS[$i]} -eq 0 ]] && echo ok || echo FAILED)" "${RESULT_SECONDS[$i]}"
+    done
+    printf '%-12s %-8s %8s\n' total '' "$((SECONDS - total_start))"
+    echo "test.sh steps: $passed passed, $failed failed in $((SECONDS - total_start))s"
+    ((failed == 0))
+}
+
+main "$@"

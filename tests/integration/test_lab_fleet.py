@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The site playbook, gpu_facts and the molecule verify playbook on the four-node lab fleet.
+
+The fleet is brought up once for the module (scripts/lab.sh up) and removed afterwards unless
+it was already running. Tests that swap a node's fixture put the original back.
+"""
+
+import copy
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab_fleet  # noqa: E402
+from lab_fleet import NODES, REPO_ROOT, lab, load_fixture, module_result, playbook, recap  # noqa: E402
+
+SWAP_NODE = 'lab-4090x2'
+
+
+@pytest.fixture(scope='module')
+def fleet():
+    reason = lab_fleet.lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    was_up = lab_fleet.lab_is_up()
+    lab('up')
+    yield NODES
+    if was_up:
+        lab('up')  # puts every node's own fixture back
+    else:
+        lab('down')
+
+
+@pytest.fixture
+def swapped_card(fleet, tmp_path):
+    """lab-4090x2 with its second RTX 4090 replaced by the first A6000 of lab-a6000x4."""
+    original = load_fixture(SWAP_NODE)
+    a6000 = load_fixture('lab-a6000x4')['devices'][0]
+    swapped = copy.deepcopy(original)
+    card = copy.deepcopy(a6000)
+    # Same slot, a different card: keep the slot's bus id, take the card's own identity.
+    card['pci_bus_id'] = original['devices'][1]['pci_bus_id']
+    card['nvlink_active'] = None
+    swapped['devices'][1] = card
+    swapped['topology'] = [{'gpus': [0, 1], 'common_ancestor': 'HOSTBRIDGE',
+                            'p2p': {'read': 'NOT_SUPPORTED', 'write': 'NOT_SUPPORTED', 'nvlink': 'NOT_SUPPORTED'}}]
+    path = tmp_path / (SWAP_NODE + '-swapped.json')
+    path.write_text(json.dumps(swapped))
+    lab('set-fixture', SWAP_NODE, str(path))
+    try:
+        yield original, swapped
+    finally:
+        lab('set-fixture', SWAP_NODE, os.path.join(lab_fleet.FIXTURE_DIR, SWAP_NODE + '.json'))
+
+
+def test_site_playbook_runs_and_reruns_without_changes(fleet):
+    first = playbook('site.yml')
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert set(recap(first.stdout)) == set(NODES)
+    for node in NODES:
+        assert lab_fleet.expected_summary(node, load_fixture(node)) in first.stdout
+
+    second = playbook('site.yml')
+    assert second.returncode == 0, second.stdout + second.stderr
+    counts = recap(second.stdout)
+    assert {node: counts[node]['changed'] for node in NODES} == {node: 0 for node in NODES}
+
+
+def test_each_node_reports_its_fixture_to_the_byte(fleet):
+    for node in NODES:
+        fixture = load_fixture(node)
+        rc, result = module_result(node, 'kvpin.fleet.gpu_facts', 'required=true')
+        assert rc == 0, result
+        gpus = result['ansible_facts']['kvpin_gpus']
+        assert [g['name'] for g in gpus['gpus']] == [d['name'] for d in fixture['devices']]
+        assert [g['memory_total'] for g in gpus['gpus']] == [d['memory_total'] for d in fixture['devices']]
+        assert [g['uuid'] for g in gpus['gpus']] == [d['uuid'] for d in fixture['devices']]
+        assert gpus['driver_version'] == fixture['driver_version']
+
+
+def test_swapping_a_card_in_the_fixture_changes_the_facts(swapped_card):
+    original, swapped = swapped_card
+    rc, result = module_result(SWAP_NODE, 'kvpin.fleet.gpu_facts', 'required=true')
+    assert rc == 0, result
+    gpus = result['ansible_facts']['kvpin_gpus']['gpus']
+    assert [g['name'] for g in gpus] == ['NVIDIA GeForce RTX 4090', 'NVIDIA RTX A6000']
+    assert gpus[1]['memory_total'] == swapped['devices'][1]['memory_total'] != original['devices'][1]['memory_total']
+
+    probe = playbook('site.yml', '--tags', 'probe', '--limit', SWAP_NODE)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert lab_fleet.expected_summary(SWAP_NODE, swapped) in probe.stdout
+
+
+def test_molecule_verify_fails_when_a_node_disagrees_with_its_fixture(swapped_card):
+    verify = os.path.join(REPO_ROOT, 'molecule', 'default', 'verify.yml')
+    proc = playbook(verify, '--limit', SWAP_NODE)
+    assert proc.returncode != 0
+    assert recap(proc.stdout)[SWAP_NODE]['failed'] == 1
+    assert SWAP_NODE in proc.stdout and 'NVIDIA RTX A6000' in proc.stdout
+
+
+def test_molecule_verify_passes_on_the_lab_fixtures(fleet):
+    proc = playbook(os.path.join(REPO_ROOT, 'molecule', 'default', 'verify.yml'))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {node: c['failed'] for node, c in recap(proc.stdout).items()} == {node: 0 for node in NODES}
+
+
+def test_a_node_without_a_driver_fails_alone(fleet):
+    """required=true on a node whose NVML says 'driver not loaded': that node fails with the
+    reason, the other three still report (max_fail_percentage 25 tolerates one of four)."""
+    lab('set-fixture', 'lab-mixed', os.path.join(lab_fleet.FIXTURE_DIR, 'no-gpu.json'))
+    try:
+        rc, result = module_result('lab-mixed', 'kvpin.fleet.gpu_facts', 'required=false')
+        assert rc == 0, result
+        facts = result['ansible_facts']['kvpin_gpus']
+        assert facts['gpus'] == [] and facts['reason']
+
+        proc = playbook('site.yml', '--tags', 'probe')
+        counts = recap(proc.stdout)
+        assert proc.returncode != 0
+        assert counts['lab-mixed']['failed'] == 1
+        for node in ('lab-a6000x4', 'lab-4090x4', 'lab-4090x2'):
+            assert counts[node]['failed'] == 0
+            assert lab_fleet.expected_summary(node, load_fixture(node)) in proc.stdout
+    finally:
+        lab('set-fixture', 'lab-mixed', os.path.join(lab_fleet.FIXTURE_DIR, 'lab-mixed.json'))
+
+
+def test_collection_installed_from_its_tarball_runs_the_site_playbook(fleet, tmp_path):
+    """ansible-galaxy build + install into an empty path, then the installed copy's playbook
+    (kvpin.fleet.site) with only that path on ANSIBLE_COLLECTIONS_PATH."""
+    built = lab_fleet.run([os.path.join(lab_fleet.VENV_BIN, 'ansible-galaxy'), 'collection', 'build',
+                           '--output-path', str(tmp_path), REPO_ROOT])
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = tmp_path / 'kvpin-fleet-{0}.tar.gz'.format(_galaxy_version())
+    installed_root = tmp_path / 'collections'
+    # With only the new path configured: otherwise galaxy sees the checkout's .cache link (same
+    # version) and installs nothing.
+    inst = lab_fleet.run([os.path.join(lab_fleet.VENV_BIN, 'ansible-galaxy'), 'collection', 'install',
+                          str(tarball), '-p', str(installed_root)], env=lab_fleet.ansible_env(str(installed_root)))
+    assert inst.returncode == 0, inst.stdout + inst.stderr
+    assert (installed_root / 'ansible_collections' / 'kvpin' / 'fleet' / 'playbooks' / 'site.yml').is_file()
+
+    # Control: with an empty collections path the playbook does not resolve at all, so the run
+    # below can only have used the installed copy (not the checkout's .cache link).
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    control = playbook('kvpin.fleet.site', '--syntax-check', collections_path=str(empty))
+    assert control.returncode != 0
+
+    listed = lab_fleet.run([os.path.join(lab_fleet.VENV_BIN, 'ansible-galaxy'), 'collection', 'list', 'kvpin.fleet'],
+                           env=lab_fleet.ansible_env(str(installed_root)))
+    assert listed.returncode == 0 and str(installed_root) in listed.stdout, listed.stdout + listed.stderr
+
+    proc = playbook('kvpin.fleet.site', collections_path=str(installed_root))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in NODES:
+        assert lab_fleet.expected_summary(node, load_fixture(node)) in proc.stdout
+
+
+def _galaxy_version():
+    with open(os.path.join(REPO_ROOT, 'galaxy.yml')) as f:
+        for line in f:
+            if line.startswith('version:'):
+                return line.split(':', 1)[1].strip().strip('"\'')
+    raise AssertionError('galaxy.yml has no version')
