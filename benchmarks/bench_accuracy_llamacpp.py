@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -230,7 +229,7 @@ def report_scenario():
               'ratio planned/naive')
     print('%-8s %8s | %-22s | %-24s | %s' % header)
     for quant in ('Q4_K_M', 'Q5_K_M', 'Q6_K', 'Q8_0'):
-        layout, _ = lm.derive_gguf_layout(LLAMA_70B, quant)
+        layout, _unused = lm.derive_gguf_layout(LLAMA_70B, quant)
         for parallel in (1, 2, 3, 4):
             traffic = Traffic(4096, 512, parallel)
             plan = lm.plan_llamacpp(LLAMA_70B, [a6000], traffic, {'quantization': quant},

@@ -133,7 +133,7 @@ def main():
         if entry['kv_cache_gib'] is not None:
             scored += 1
             ok, err = within(kv_pred, entry['kv_cache_gib'])
-            nok, _ = within(naive_kv, entry['kv_cache_gib'])
+            nok, _unused = within(naive_kv, entry['kv_cache_gib'])
             planner_ok += ok
             naive_ok += nok
             err_text = '%+7.2f' % (err / GiB)

@@ -62,7 +62,7 @@ CASES = (
 
 def time_case(spec, gpu_list, traffic, knobs, version):
     samples = []
-    for _ in range(REPEATS):
+    for _unused in range(REPEATS):
         start = time.perf_counter()
         plan_vllm(spec, gpu_list, traffic, knobs, version)
         samples.append(time.perf_counter() - start)

@@ -222,7 +222,7 @@ CATALOG = dict([
         'intermediate_size': 14336, 'num_attention_heads': 32, 'num_key_value_heads': 8,
         'head_dim': 128, 'vocab_size': 32768, 'max_position_embeddings': 32768,
         'sliding_window': None, 'tie_word_embeddings': False},
-           **_total(14496047104, 'Mistral-7B-v0.3 index total_size, quoted in public repos')),
+        **_total(14496047104, 'Mistral-7B-v0.3 index total_size, quoted in public repos')),
     _entry('mistralai/Mistral-Small-24B-Instruct-2501', _MISTRAL_SMALL_24B_TEXT,
            architectures=['MistralForCausalLM'], model_type='mistral', torch_dtype='bfloat16',
            max_position_embeddings=32768),
@@ -239,7 +239,7 @@ CATALOG = dict([
         'num_local_experts': 8, 'num_experts_per_tok': 2, 'vocab_size': 32000,
         'max_position_embeddings': 32768, 'sliding_window': None,
         'tie_word_embeddings': False},
-           **_total(93405585408, 'Mixtral-8x7B index total_size, quoted in public repos')),
+        **_total(93405585408, 'Mixtral-8x7B index total_size, quoted in public repos')),
 
     # ---- Gemma 2 / 3 (gated repos: config mirrored in public repos)
     _entry('google/gemma-2-9b', _GEMMA2_BASE, num_hidden_layers=42, hidden_size=3584,
@@ -270,7 +270,7 @@ CATALOG = dict([
         'num_attention_heads': 40, 'num_key_value_heads': 10, 'vocab_size': 100352,
         'max_position_embeddings': 16384, 'sliding_window': None,
         'tie_word_embeddings': False},
-           **_total(29319014400, 'microsoft/phi-4 index total_size, quoted in public repos')),
+        **_total(29319014400, 'microsoft/phi-4 index total_size, quoted in public repos')),
 
     # ---- DeepSeek (MLA, FP8 block-quantized checkpoints; one MTP layer vLLM skips)
     _entry('deepseek-ai/DeepSeek-V3', _DEEPSEEK_V3),

@@ -173,8 +173,8 @@ def plan_report(plan, name=None):
 
 def infeasible_message(plan):
     """The failure text for an infeasible plan: what does not add up, and what would."""
-    parts = ['%s %s plan is infeasible: %s' % (plan.backend, plan.backend_version,
-                                                '; '.join(plan.not_fitting) or 'see plan.memory')]
+    not_fitting = '; '.join(plan.not_fitting) or 'see plan.memory'
+    parts = ['%s %s plan is infeasible: %s' % (plan.backend, plan.backend_version, not_fitting)]
     if plan.suggestions:
         parts.append('what would fit: %s' % '; '.join(plan.suggestions))
     return '. '.join(parts)

@@ -223,6 +223,7 @@ class GpustackServer:
 
     def run(self, argv, **kwargs):
         """subprocess.run of argv inside the namespace."""
+        kwargs.setdefault('check', False)
         return subprocess.run(self.netns_command(argv), **kwargs)
 
     def call(self, function, *args, **kwargs):
@@ -327,7 +328,7 @@ class GpustackServer:
                 raise RuntimeError('gpustack server exited with %s; last log lines:\n%s'
                                    % (self._server.returncode, self.log_tail()))
             try:
-                status, _ = self.http('GET', '/healthz', auth=None, timeout=2)
+                status, _unused = self.http('GET', '/healthz', auth=None, timeout=2)
                 if status == 200:
                     return
             except OSError:
@@ -399,13 +400,13 @@ class GpustackServer:
         if self._pg_started:
             subprocess.run(['runuser', '-u', 'postgres', '--', os.path.join(postgres_bin_dir(), 'pg_ctl'),
                             '-D', os.path.join(self.pg_dir, 'data'), '-m', 'fast', '-w', 'stop'],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
             self._pg_started = False
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
         if self._netns_created:
-            subprocess.run(['ip', 'netns', 'delete', self.netns], stderr=subprocess.DEVNULL)
+            subprocess.run(['ip', 'netns', 'delete', self.netns], stderr=subprocess.DEVNULL, check=False)
             self._netns_created = False
         if os.environ.get('KVPIN_KEEP_GPUSTACK_WORKDIR') != '1':
             shutil.rmtree(self.workdir, ignore_errors=True)

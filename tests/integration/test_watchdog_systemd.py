@@ -154,7 +154,7 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wd-itest")
     workloads = {"leaky": (18081, 2.0, 0.01), "steady": (18082, 0.0, 0.0)}
     targets = []
-    for name, (port, _, _) in workloads.items():
+    for name, (port, _unused, _unused) in workloads.items():
         targets.append({"name": "%s-%s" % (TAG, name), "unit": "kvpin-%s-%s.service" % (TAG, name),
                         "metrics_url": "http://127.0.0.1:%d/metrics" % port})
     _render(tmp, targets)

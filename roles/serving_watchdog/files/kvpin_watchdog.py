@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -354,7 +353,7 @@ def parse_exposition(text: str) -> Dict[str, List[Tuple[Dict[str, str], float]]]
         match = _SAMPLE_RE.match(line)
         if not match:
             continue
-        name, _, label_text, value_text = match.group(1), match.group(2), match.group(3), match.group(4)
+        name, _unused, label_text, value_text = match.group(1), match.group(2), match.group(3), match.group(4)
         labels: Dict[str, str] = {}
         if label_text:
             for lm in _LABEL_RE.finditer(label_text):
@@ -387,7 +386,7 @@ def histogram_buckets(samples: Dict[str, list], base: str) -> Dict[float, float]
 
 
 def sum_family(samples: Dict[str, list], name: str) -> Optional[float]:
-    values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
+    values = [v for _unused, v in samples.get(name, []) if not math.isnan(v)]
     return sum(values) if values else None
 
 
@@ -704,8 +703,8 @@ class DecisionEngine:
             "yes" if d.new_high else "no")
         extra = []
         if d.projected_seconds_to_limit is not None:
-            extra.append("limit %s projected in %.1f h" % (_fmt_bytes(float(limit)),
-                                                             d.projected_seconds_to_limit / HOUR))
+            hours = d.projected_seconds_to_limit / HOUR
+            extra.append("limit %s projected in %.1f h" % (_fmt_bytes(float(limit)), hours))
         if d.preemptions_in_window:
             extra.append("%d preemptions in window" % d.preemptions_in_window)
         for key, value in sorted(d.corroboration.items()):

@@ -51,11 +51,11 @@ def test_every_host_in_the_inventory_has_its_hardware_here():
     with open(os.path.join(EXAMPLE, 'hosts.yml')) as handle:
         hosts = yaml.safe_load(handle)['all']['children']['gpu_nodes']['hosts']
     assert set(hosts) == set(HARDWARE)
-    assert {host for host, _ in host_deployments()} == set(HARDWARE)
+    assert {host for host, _unused in host_deployments()} == set(HARDWARE)
 
 
 @pytest.mark.parametrize('host, deployment', list(host_deployments()),
-                         ids=[d['name'] for _, d in host_deployments()])
+                         ids=[d['name'] for _unused, d in host_deployments()])
 def test_example_deployment_plans_feasibly(nvml, monkeypatch, host, deployment):
     plan = plan_for(nvml, monkeypatch, host, deployment)
     assert plan.feasible, plan.not_fitting

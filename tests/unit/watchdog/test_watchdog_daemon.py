@@ -111,7 +111,7 @@ def test_systemd_actuator_drains_then_restarts(wd, tmp_path, fake_path, http_ser
     assert result["ok"], result
     assert _argv(fake_path) == ["drain-hook --node a", "systemctl restart gpustack.service"]
     assert [(r[0], r[1]) for r in handler.requests] == [("POST", "/drain")]
-    assert [e for e, _ in logs] == ["drain", "drain"]
+    assert [e for e, _unused in logs] == ["drain", "drain"]
 
 
 def test_container_actuator(wd, tmp_path, fake_path):
@@ -164,7 +164,7 @@ def test_gpustack_actuator_calls_the_api_with_the_token(wd, tmp_path, http_serve
     daemon = wd.Daemon(cfg, out=out)
     result = daemon.actuator.recycle()
     assert result["ok"], result
-    (req_method, req_path, headers, _), = handler.requests
+    (req_method, req_path, headers, _unused), = handler.requests
     assert (req_method, req_path) == (method, path)
     assert headers["Authorization"] == "Bearer gpustack_abc_secret"
     daemon.log("recycle", **result)
@@ -358,7 +358,7 @@ def test_daemon_process_notifies_systemd_and_stops_on_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, PROGRAM, "daemon", "--config", str(cfg)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        got = [sock.recv(4096).decode() for _ in range(3)]
+        got = [sock.recv(4096).decode() for _unused in range(3)]
         assert got[0].startswith("READY=1")
         assert got[1].startswith("WATCHDOG=1") and got[2].startswith("WATCHDOG=1")
         proc.send_signal(signal.SIGTERM)

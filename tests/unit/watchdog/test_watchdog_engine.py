@@ -58,7 +58,7 @@ def test_slow_leak_is_detected_within_three_hours(wd, manifest):
 
 
 def test_leak_without_latency_and_far_limit_alerts_only(wd, manifest):
-    _, decisions = _replay(wd, manifest, "leak_50mib_quiet")
+    _unused, decisions = _replay(wd, manifest, "leak_50mib_quiet")
     assert not [d for d in decisions if d.action == "recycle"]
     alerts = [d for d in decisions if d.action == "alert" and d.diagnosis == "memory_rising"]
     assert alerts and alerts[-1].projected_seconds_to_limit > wd.DEFAULTS["recycle_horizon_seconds"]
@@ -73,7 +73,7 @@ def test_projection_recycles_before_the_limit_is_crossed(wd, manifest):
 
 
 def test_ttft_rising_with_flat_memory_alerts_and_never_recycles(wd, manifest):
-    _, decisions = _replay(wd, manifest, "ttft_flat_memory")
+    _unused, decisions = _replay(wd, manifest, "ttft_flat_memory")
     assert not [d for d in decisions if d.action == "recycle"]
     latency = [d for d in decisions if d.diagnosis == "latency_only"]
     assert latency and "preemptions" in latency[-1].reason
@@ -89,7 +89,7 @@ def test_capped_cache_is_not_recycled_once_levelled(wd, manifest):
 
 @pytest.mark.parametrize("name", ["bursts_7d", "steady_7d_a", "steady_7d_b"])
 def test_no_false_recycle_over_seven_days(wd, manifest, name):
-    _, decisions = _replay(wd, manifest, name)
+    _unused, decisions = _replay(wd, manifest, name)
     assert len(decisions) == 7 * 24 * 60
     assert [d.t for d in decisions if d.action == "recycle"] == []
 
@@ -107,7 +107,7 @@ def test_replay_cli_prints_one_json_object_per_sample(manifest):
     entry = manifest["leak_2gib"]
     trace = os.path.join(TRACES, entry["file"])
     with open(trace, encoding="utf-8") as handle:
-        samples = sum(1 for _ in handle) - 1
+        samples = sum(1 for _unused in handle) - 1
     proc = subprocess.run([sys.executable, PROGRAM, "replay", "--trace", trace],
                           capture_output=True, text=True, check=True, timeout=120)
     lines = proc.stdout.splitlines()

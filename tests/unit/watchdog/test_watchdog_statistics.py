@@ -44,7 +44,7 @@ def test_sen_ci_covers_true_slope(wd, slope_per_hour):
     rng = random.Random(7)
     covered = 0
     runs = 60
-    for _ in range(runs):
+    for _unused in range(runs):
         xs, ys = _series(rng, 120, slope_per_hour / 3600.0, 100 * MiB)
         tr = wd.trend(xs, ys, 0.95)
         if tr.lower <= slope_per_hour / 3600.0 <= tr.upper:
@@ -62,7 +62,7 @@ def test_mann_kendall_monotonic_vs_random(wd):
     false_positives = 0
     for seed in range(40):
         r = random.Random(seed)
-        tr = wd.trend(xs, [r.gauss(0, 1) for _ in xs], autocorrelation=False)
+        tr = wd.trend(xs, [r.gauss(0, 1) for _unused in xs], autocorrelation=False)
         false_positives += tr.p < 0.05
     assert false_positives <= 6   # ~5% expected
 
@@ -81,9 +81,9 @@ def test_hamed_rao_inflates_variance_for_autocorrelated_noise(wd):
     rng = random.Random(11)
     n = 150
     ar = [0.0]
-    for _ in range(n - 1):
+    for _unused in range(n - 1):
         ar.append(0.85 * ar[-1] + rng.gauss(0, 1))    # AR(1), persistent over minutes
-    white = [rng.gauss(0, 1) for _ in range(n)]
+    white = [rng.gauss(0, 1) for _unused in range(n)]
     assert wd.hamed_rao_factor(wd.high_pass(ar, 15), max_lag=8) > 1.5
     assert wd.hamed_rao_factor(wd.high_pass(white, 15), max_lag=8) < 1.3
     xs = list(range(n))

@@ -26,7 +26,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self):
-                path, _, query = self.path.partition('?')
+                path, _unused, query = self.path.partition('?')
                 length = int(self.headers.get('Content-Length') or 0)
                 outer.requests.append(dict(method=self.command, path=path, query=query,
                                            auth=self.headers.get('Authorization'),

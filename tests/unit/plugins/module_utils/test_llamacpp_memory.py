@@ -59,13 +59,13 @@ def plan(knobs=None, gpus=(A6000,), traffic=None, backend='llama-box', version='
 @pytest.mark.parametrize('quant,public_gb', [
     ('Q4_K_M', 42.52), ('Q4_K_S', 40.35), ('Q5_K_M', 49.95), ('Q6_K', 57.89), ('Q8_0', 74.98)])
 def test_derived_gguf_size_matches_public_files(quant, public_gb):
-    layout, _ = lm.derive_gguf_layout(LLAMA_70B, quant)
+    layout, _unused = lm.derive_gguf_layout(LLAMA_70B, quant)
     total = sum(layout.block_bytes) + layout.input_bytes + layout.output_bytes
     assert abs(total / GB - public_gb) / public_gb < 0.01
 
 
 def test_q4_k_m_mixing_rule():
-    _, types = lm.derive_gguf_layout(LLAMA_70B, 'Q4_K_M')
+    _unused, types = lm.derive_gguf_layout(LLAMA_70B, 'Q4_K_M')
     # use_more_bits: first/last eighth (layers 0-9, 70-79) and every third in between
     assert types['blk.0.ffn_down.weight'] == 'Q6_K'
     assert types['blk.10.ffn_down.weight'] == 'Q4_K'
@@ -235,7 +235,7 @@ def test_same_gpu_layers_place_different_tensors_by_version():
     new = plan({'gpu_layers': 40}, backend='llama.cpp', version='b7710')
     assert (old.settings['offloaded_blocks'], old.settings['output_on_gpu']) == (40, False)
     assert (new.settings['offloaded_blocks'], new.settings['output_on_gpu']) == (39, True)
-    layout, _ = lm.derive_gguf_layout(LLAMA_70B, 'Q4_K_M')
+    layout, _unused = lm.derive_gguf_layout(LLAMA_70B, 'Q4_K_M')
     assert old.memory[0].weights == sum(layout.block_bytes[40:])
     assert new.memory[0].weights == sum(layout.block_bytes[41:]) + layout.output_bytes
     assert old.args[:2] == ['--n-gpu-layers', '40']

@@ -6,6 +6,8 @@ derivations and every refusal. Specs are built from the models' real config.json
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
@@ -283,7 +285,7 @@ def test_gqa_kv_heads_replicated_beyond_tp():
     spec = llama_70b()
     assert vm.kv_heads_per_gpu(spec, 16) == 1
     assert vm.kv_bytes_per_token(spec, 16, 2) == vm.kv_bytes_per_token(spec, 8, 2) == 80 * 2 * 128 * 2
-    weights, terms, _ = vm.weights_per_gpu(spec, 16)
+    weights, terms, _unused = vm.weights_per_gpu(spec, 16)
     # k_proj + v_proj (8192 x 128 each, 80 layers) held whole: (16 - 8) / 16 of it extra
     assert terms['weights_kv_proj_replication'] == 2 * 8192 * 128 * 80 * 2 // 2
     assert vm.weights_per_gpu(spec, 8)[1]['weights_kv_proj_replication'] == 0
@@ -308,7 +310,7 @@ def test_sliding_window_bounded_and_hybrid_pool():
     sliding = -(-min(4096 - 1 + 2048, 8192) // 16) + 1
     assert layout.blocks_per_request(8192) == full_only + sliding
     assert layout.blocks_per_request(100000) - layout.blocks_per_request(50000) == -(-100000 // 16) - -(-50000 // 16)
-    all_sliding = gemma2_9b().__class__(**dict(gemma2_9b().__dict__, layer_kinds=[LAYER_SLIDING] * 42))
+    all_sliding = dataclasses.replace(gemma2_9b(), layer_kinds=[LAYER_SLIDING] * 42)
     bounded = vm.kv_layout(all_sliding, 1, 2, 16, 2048)
     assert bounded.blocks_per_request(8192) == bounded.blocks_per_request(7000) == sliding
     plan = plan_vllm(spec, gpus(1, RTX4090_TOTAL, 'NVIDIA GeForce RTX 4090'), Traffic(4000, 1000, 4), {}, '0.11.0')
