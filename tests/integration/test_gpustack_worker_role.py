@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gpustack_worker role on the four-node lab fleet (needs root, podman and runc; skipped
+otherwise): the token never shows in -vvv output or diffs, the container runtime's unit passes
+systemd-analyze verify, and the molecule scenarios hardware_change and bad_node pass.
+
+The fleet is brought up once for the module (scripts/lab.sh up) and removed afterwards unless
+it was already running. The scenarios run with --destroy=never so they leave the fleet to
+this module; each of them puts back what it changed (hardware_change's cleanup restores the
+NVML fixture). Every node's worker is the TEST-ONLY stand-in under the role's real unit
+(inventory/lab/group_vars/gpu_nodes/gpustack_worker.yml); the only servers are those stand-ins, inside the
+node containers, probed on the nodes' own loopback.
+"""
+
+import json
+import os
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab_fleet  # noqa: E402
+from lab_fleet import NODES, REPO_ROOT, VENV_BIN, lab, playbook, recap, run  # noqa: E402
+
+pytestmark = pytest.mark.lab
+
+LAB_VARS = '@' + os.path.join(REPO_ROOT, 'inventory', 'lab', 'group_vars', 'gpu_nodes', 'gpustack_worker.yml')
+WORKER_PLAYBOOK = os.path.join(REPO_ROOT, 'playbooks', 'worker.yml')
+SITE_PLAYBOOK = os.path.join(REPO_ROOT, 'playbooks', 'site.yml')
+# The node whose worker these tests touch directly (a vLLM node whose plan always succeeds).
+NODE = 'lab-4090x4'
+
+
+@pytest.fixture(scope='module')
+def fleet():
+    reason = lab_fleet.lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    was_up = lab_fleet.lab_is_up()
+    lab('up')
+    site = playbook(SITE_PLAYBOOK)
+    assert site.returncode == 0, site.stdout[-4000:] + site.stderr[-2000:]
+    yield NODES
+    if was_up:
+        lab('up')
+    else:
+        lab('down')
+
+
+def _worker(*args):
+    return playbook('--extra-vars', LAB_VARS, WORKER_PLAYBOOK, *args)
+
+
+def _module(node, module, args):
+    """(rc, result) of one module run ad hoc on ``node`` through the inventory's connection
+    (json callback: the default one prints command results as text)."""
+    env = lab_fleet.ansible_env()
+    env['ANSIBLE_LOAD_CALLBACK_PLUGINS'] = '1'
+    env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.builtin.json'
+    proc = run([os.path.join(VENV_BIN, 'ansible'), '-i', lab_fleet.INVENTORY, node, '-m', module, '-a', args], env=env)
+    try:
+        return proc.returncode, json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts'][node]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError('unexpected ansible output:\n%s%s' % (proc.stdout, proc.stderr))
+
+
+def _on(node, command):
+    """stdout of ``command`` (argv string) run on ``node``."""
+    rc, result = _module(node, 'ansible.builtin.command', command)
+    assert rc == 0, result
+    return result['stdout']
+
+
+def test_token_never_in_vvv_output_diff_or_worker_log(fleet):
+    token = 'kvpin-token-%s' % uuid.uuid4().hex
+    # A new token changes config.yaml: the template, the restart, the health check and the
+    # cleanup of the token-bearing backup all run, at -vvv and with --diff.
+    changed = _worker('--limit', NODE, '-vvv', '--diff', '--extra-vars', 'gpustack_worker_token=' + token)
+    output = changed.stdout + changed.stderr
+    assert changed.returncode == 0, changed.stdout[-4000:]
+    assert recap(changed.stdout)[NODE]['changed'] > 0
+    assert token not in output
+    # Check mode with yet another token: the would-be diff of config.yaml must not show it either.
+    other = 'kvpin-token-%s' % uuid.uuid4().hex
+    checked = _worker('--limit', NODE, '-vvv', '--check', '--diff', '--extra-vars', 'gpustack_worker_token=' + other)
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert other not in checked.stdout + checked.stderr
+    assert token not in checked.stdout + checked.stderr
+    # The worker (stand-in) logs the config it loaded with the token masked.
+    assert token not in _on(NODE, 'journalctl --unit=gpustack --no-pager --output=cat')
+    # Put the lab token back.
+    restored = _worker('--limit', NODE)
+    assert restored.returncode == 0, restored.stdout[-4000:]
+
+
+def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
+    # No docker engine in the lab: the 2.x unit is rendered (and verified by the role itself)
+    # but not started. verify needs ExecStart's binary and the engine unit it Requires= to
+    # exist: the host's podman binary and podman.socket unit are copied into the node.
+    node = 'lab-a6000x4'
+    for src, dest, mode in (('/usr/bin/podman', '/usr/local/bin/podman', '0755'),
+                            ('/usr/lib/systemd/system/podman.socket', '/etc/systemd/system/podman.socket', '0644')):
+        if not os.path.exists(src):
+            pytest.skip('%s missing on the host' % src)
+        rc, result = _module(node, 'ansible.builtin.copy', 'src=%s dest=%s mode=%s' % (src, dest, mode))
+        assert rc == 0, result
+    try:
+        proc = _worker('--limit', node, '--extra-vars', json.dumps({
+            'gpustack_worker_runtime': 'container', 'gpustack_worker_container_engine': 'podman',
+            'gpustack_worker_container_engine_executable': '/usr/local/bin/podman',
+            'gpustack_worker_service_started': False, 'gpustack_worker_service_enabled': False}))
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert 'Run | verify the unit with systemd-analyze' in proc.stdout
+        rc, verify = _module(node, 'ansible.builtin.command',
+                                   'systemd-analyze verify /etc/systemd/system/gpustack-worker.service')
+        assert rc == 0, verify
+        assert 'gpustack-worker.service' not in verify['stderr'], verify['stderr']
+        unit = _on(node, 'cat /etc/systemd/system/gpustack-worker.service')
+        for line in ('Requires=podman.socket', '--network=host', '--name gpustack-worker',
+                     '-e GPUSTACK_RUNTIME_DEPLOY_MIRRORED_NAME=gpustack-worker',
+                     '--volume /run/podman/podman.sock:/run/podman/podman.sock',
+                     '--config-file=/var/lib/gpustack/config.yaml', 'gpustack/gpustack:v2.3.0',
+                     'ExecStartPre=-/usr/local/bin/podman rm -f gpustack-worker',
+                     'ExecStop=/usr/local/bin/podman stop -t 30 gpustack-worker', 'LimitNOFILE=65535'):
+            assert line in unit, line
+        config = _on(node, 'cat /var/lib/gpustack/config.yaml')
+        assert 'worker_metrics_port: 10151' in config and '\nmetrics_port' not in config
+        # One worker per node: the native one was stopped for the container one.
+        rc, native = _module(node, 'ansible.builtin.systemd_service', 'name=gpustack')
+        assert rc == 0 and native['status']['UnitFileState'] == 'disabled', native['status']['UnitFileState']
+        assert native['status']['ActiveState'] == 'inactive'
+    finally:
+        _on(node, 'rm -f /etc/systemd/system/gpustack-worker.service /usr/local/bin/podman '
+                  '/etc/systemd/system/podman.socket')
+        back = _worker('--limit', node)
+        assert back.returncode == 0, back.stdout[-4000:]
+
+
+def _molecule(scenario):
+    env = lab_fleet.ansible_env()
+    proc = run([os.path.join(VENV_BIN, 'molecule'), 'test', '-s', scenario, '--destroy=never'], env=env, timeout=1800)
+    assert proc.returncode == 0, '%s\n%s' % (proc.stdout[-6000:], proc.stderr[-6000:])
+    return proc
+
+
+def test_molecule_hardware_change(fleet):
+    _molecule('hardware_change')
+
+
+def test_molecule_bad_node(fleet):
+    _molecule('bad_node')
