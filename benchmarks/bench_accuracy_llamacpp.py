@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Accuracy of the llama-box / llama.cpp planner against public load logs.
 
-Reads ``validation/llamacpp_public.json`` (KVPIN_SHARED_DIR, default /work/shared) and,
+Reads benchmarks/data/llamacpp_public.json (a copy of shared/validation/llamacpp_public.json) and,
 for every entry whose source gives enough to rebuild the run, compares per device:
 model buffer, KV buffer, compute buffer and, where the entry says, OOM vs predicted
 feasibility. The same figures come from a naive baseline in the same process
@@ -36,8 +36,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (  #
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic  # noqa: E402
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB  # noqa: E402
 
-SHARED = os.environ.get('KVPIN_SHARED_DIR', '/work/shared')
-VALIDATION = os.path.join(SHARED, 'validation', 'llamacpp_public.json')
+VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'llamacpp_public.json')
 NAIVE_PLATFORM_FOOTPRINT = 250 * MiB     # gguf-parser --platform-footprint default "150,250"
 
 # ---------------------------------------------------------------- models the entries name
