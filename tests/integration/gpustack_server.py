@@ -223,8 +223,8 @@ class GpustackServer:
 
     def run(self, argv, **kwargs):
         """subprocess.run of argv inside the namespace."""
-        kwargs.setdefault('check', False)
-        return subprocess.run(self.netns_command(argv), **kwargs)
+        check = kwargs.pop('check', False)
+        return subprocess.run(self.netns_command(argv), check=check, **kwargs)
 
     def call(self, function, *args, **kwargs):
         """Run function(*args, **kwargs) on the thread that lives in the namespace."""

@@ -94,7 +94,7 @@ def _run(tmp_path, config):
 
 def test_invalid_config_exits_non_zero_without_the_token(tmp_path):
     proc = _run(tmp_path, _config(system_reserved={'ram': 2, 'vram': -1}))
-    output, _ = proc.communicate(timeout=30)
+    output, dummy = proc.communicate(timeout=30)
     assert proc.returncode == standin.EXIT_BAD_CONFIG
     assert 'system_reserved.vram' in output
     assert TOKEN not in output
@@ -119,6 +119,6 @@ def test_serves_healthz_on_the_worker_port_and_logs_without_the_token(tmp_path):
         assert missing.value.code == 404
     finally:
         proc.terminate()
-        output, _ = proc.communicate(timeout=10)
+        output, dummy = proc.communicate(timeout=10)
     assert 'TEST-ONLY' in output and '"token": "********"' in output
     assert TOKEN not in output

@@ -77,7 +77,7 @@ def _split_key(stripped, number):
         if not rest.startswith(':'):
             raise ConfigError('line %d: expected ":" after key' % number)
         return key, rest[1:]
-    key, _, rest = stripped.partition(':')
+    key, dummy, rest = stripped.partition(':')
     return key.strip(), rest
 
 
@@ -94,7 +94,7 @@ def _block(lines, pos, indent):
         return items, pos
     mapping = {}
     while pos < len(lines) and lines[pos][0] == indent:
-        _, stripped, number = lines[pos]
+        dummy, stripped, number = lines[pos]
         key, rest = _split_key(stripped, number)
         pos += 1
         if rest.strip():

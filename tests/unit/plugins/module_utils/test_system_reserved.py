@@ -46,7 +46,7 @@ def test_exact_gib_is_not_rounded_past():
 def test_result_is_ints_gpustack_can_shift():
     result = system_reserved([{'system_reserved_bytes': '3221225472'}], '2', 1)
     assert result == {'ram': 2, 'vram': 3}
-    assert all(type(v) is int for v in result.values())
+    assert all(isinstance(v, int) and not isinstance(v, bool) for v in result.values())
 
 
 @pytest.mark.parametrize('plans, ram, floor, message', [
