@@ -24,6 +24,9 @@ import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab_fleet  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
 PROGRAM = os.path.join(ROLE, "files", "kvpin_watchdog.py")
@@ -95,7 +98,18 @@ def _node_up():
     return out.stdout.strip() in ("running", "degraded")
 
 
-pytestmark = pytest.mark.skipif(not _node_up(), reason="lab node %s not running (scripts/lab.sh up)" % NODE)
+@pytest.fixture(scope="module")
+def node():
+    """The lab node, started with scripts/lab.sh when it is not running (and stopped again)."""
+    reason = lab_fleet.lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    was_up = _node_up()
+    if not was_up:
+        lab_fleet.lab("up", NODE)
+    yield NODE
+    if not was_up:
+        lab_fleet.lab("down", NODE)
 
 
 def _render(tmp_path, targets):
@@ -150,7 +164,7 @@ def _decisions(unit):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(node, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wd-itest")
     workloads = {"leaky": (18081, 2.0, 0.01), "steady": (18082, 0.0, 0.0)}
     targets = []
