@@ -19,33 +19,21 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_COLL = os.path.join(ROOT, '.cache', 'collections')
-_LINK = os.path.join(_COLL, 'ansible_collections', 'kvpin', 'fleet')
-if not os.path.islink(_LINK):
-    os.makedirs(os.path.dirname(_LINK), exist_ok=True)
-    try:
-        os.symlink(ROOT, _LINK)
-    except FileExistsError:
-        pass
-sys.path.insert(0, _COLL)
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
+import _setup  # noqa: F401  pylint: disable=unused-import
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (  # noqa: E402
-    LAYER_FULL, LAYER_SLIDING, GGUFLayout, ModelSpec)
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB  # noqa: E402
+from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_FULL, GGUFLayout, ModelSpec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB
 
 VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'llamacpp_public.json')
 NAIVE_PLATFORM_FOOTPRINT = 250 * MiB     # gguf-parser --platform-footprint default "150,250"
 
 # ---------------------------------------------------------------- models the entries name
 
-LLAMA_70B = ModelSpec(
-    name='Llama-3.3-70B-Instruct', source='catalog', architecture='LlamaForCausalLM',
-    num_layers=80, hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
-    num_kv_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
-    tie_word_embeddings=False, dtype_bytes=2, layer_kinds=[LAYER_FULL] * 80)
+LLAMA_70B = resolve_model('meta-llama/Llama-3.3-70B-Instruct')
 
 # llama.cpp#8035 names no model: 80 blocks + output and 32 MiB KV per layer at 8192 f16
 # (8 KV heads x 128) are Llama-2/3-70B geometry; vocab 32000 (Llama-2) assumed. The
@@ -57,12 +45,7 @@ LLAMA2_70B = ModelSpec(
     num_kv_heads=8, head_dim=128, vocab_size=32000, max_position_embeddings=4096,
     tie_word_embeddings=False, dtype_bytes=2, layer_kinds=[LAYER_FULL] * 80)
 
-GPT_OSS_20B = ModelSpec(
-    name='gpt-oss-20b', source='catalog', architecture='GptOssForCausalLM', num_layers=24,
-    hidden_size=2880, intermediate_size=0, num_attention_heads=64, num_kv_heads=8,
-    head_dim=64, vocab_size=201088, max_position_embeddings=131072, tie_word_embeddings=False,
-    dtype_bytes=2, layer_kinds=[LAYER_SLIDING, LAYER_FULL] * 12, sliding_window=128,
-    num_experts=32, num_experts_per_tok=4, moe_intermediate_size=2880)
+GPT_OSS_20B = resolve_model('openai/gpt-oss-20b')
 
 # DeepSeek-R1 UD-IQ2_XXS as llama-box v0.0.114 loaded it (gpustack#1126): the Feb-2025
 # GGUF caches K 128 heads x 192 and V 128 x 128 per layer. Per-block bytes are NOT in the

@@ -26,22 +26,14 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_COLL = os.path.join(ROOT, '.cache', 'collections')
-_LINK = os.path.join(_COLL, 'ansible_collections', 'kvpin', 'fleet')
-if not os.path.islink(_LINK) and not os.path.isdir(_LINK):
-    os.makedirs(os.path.dirname(_LINK), exist_ok=True)
-    try:
-        os.symlink(ROOT, _LINK)
-    except FileExistsError:
-        pass
-sys.path.insert(0, _COLL)
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
+from _setup import ROOT
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import (  # noqa: E402
+from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import (
     kv_bytes_per_token, plan_vllm)
 
 DATA = os.path.join(ROOT, 'benchmarks', 'data', 'vllm_public.json')

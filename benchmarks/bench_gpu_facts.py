@@ -18,19 +18,13 @@ import importlib.metadata
 import os
 import statistics
 import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
+from _setup import ROOT
+
 FIXTURES = os.path.join(ROOT, 'tests', 'fixtures', 'nvml')
 NODES = ('lab-4090x2', 'lab-mixed', 'lab-4090x4', 'lab-a6000x4', 'no-gpu')
-
-
-def _collections_root():
-    parts = ROOT.split(os.sep)
-    if parts[-3:] == ['ansible_collections', 'kvpin', 'fleet']:
-        return os.sep.join(parts[:-3])
-    return os.path.join(ROOT, '.cache', 'collections')  # tests/conftest.py makes this link
 
 
 def median_seconds(fn, runs):
@@ -47,7 +41,6 @@ def main():
     parser.add_argument('--runs', type=int, default=200, help='runs per row (median reported)')
     args = parser.parse_args()
 
-    sys.path.insert(0, _collections_root())
     from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import preload_library, probe
 
     library = subprocess.run([os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')],

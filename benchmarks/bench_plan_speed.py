@@ -13,25 +13,16 @@ Run from the repo root: .venv/bin/python benchmarks/bench_plan_speed.py
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_COLL = os.path.join(ROOT, '.cache', 'collections')
-_LINK = os.path.join(_COLL, 'ansible_collections', 'kvpin', 'fleet')
-if not os.path.islink(_LINK) and not os.path.isdir(_LINK):
-    os.makedirs(os.path.dirname(_LINK), exist_ok=True)
-    try:
-        os.symlink(ROOT, _LINK)
-    except FileExistsError:
-        pass
-sys.path.insert(0, _COLL)
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
+import _setup  # noqa: F401  pylint: disable=unused-import
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic  # noqa: E402
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm  # noqa: E402
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
 
 A6000 = ('NVIDIA RTX A6000', 51527024640)
 RTX4090 = ('NVIDIA GeForce RTX 4090', 25757220864)

@@ -20,12 +20,27 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ansible.module_utils.basic import env_fallback
+
 API_VERSIONS = ('v1', 'v2')
 # Lists are paged (``page``, ``perPage``; answer ``{"items", "pagination"}``); 100 is the
 # server's default page size.
 PAGE_SIZE = 100
 # Longest server message kept in an error (a 422 lists every validation error).
 MAX_MESSAGE_CHARS = 4000
+
+
+def gpustack_connection_argument_spec():
+    """A fresh argument spec of the connection options every GPUStack module takes
+    (documented by the doc fragment kvpin.fleet.gpustack); a module adds its own options to it."""
+    return dict(
+        server_url=dict(type='str', required=True, fallback=(env_fallback, ['GPUSTACK_SERVER_URL'])),
+        api_key=dict(type='str', required=True, no_log=True, fallback=(env_fallback, ['GPUSTACK_API_KEY'])),
+        validate_certs=dict(type='bool', default=True),
+        ca_path=dict(type='path'),
+        timeout=dict(type='int', default=30),
+        api_version=dict(type='str', choices=['auto'] + list(API_VERSIONS), default='auto'),
+    )
 
 
 class GpustackApiError(Exception):
@@ -77,6 +92,13 @@ class GpustackClient:
         self._api_version = api_version if api_version in API_VERSIONS else None
         self._opener = opener or urllib.request.build_opener(
             urllib.request.HTTPSHandler(context=self._ssl_context(validate_certs, ca_path)))
+
+    @classmethod
+    def from_params(cls, params):
+        """The client for a module's parameters (the options of gpustack_connection_argument_spec)."""
+        return cls(params['server_url'], params['api_key'], api_version=params['api_version'],
+                   validate_certs=params['validate_certs'], ca_path=params['ca_path'],
+                   timeout=params['timeout'])
 
     @staticmethod
     def _ssl_context(validate_certs, ca_path):

@@ -28,38 +28,9 @@ attributes:
   diff_mode:
     support: full
     description: Before and after of the managed fields.
+extends_documentation_fragment:
+  - kvpin.fleet.gpustack
 options:
-  server_url:
-    description:
-      - Base URL of the GPUStack server, for example C(https://gpustack.example:443).
-      - Defaults to the environment variable E(GPUSTACK_SERVER_URL).
-    type: str
-    required: true
-  api_key:
-    description:
-      - GPUStack API key (C(gpustack_...)), sent as C(Authorization) C(Bearer). Needs the
-        management scope.
-      - Defaults to the environment variable E(GPUSTACK_API_KEY).
-    type: str
-    required: true
-  validate_certs:
-    description: Verify the server's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description: PEM file of the CA that signed the server's certificate.
-    type: path
-  timeout:
-    description: Seconds to wait for each answer.
-    type: int
-    default: 30
-  api_version:
-    description:
-      - Management API generation. C(v2) for GPUStack 2.x, C(v1) for 0.7.x.
-      - C(auto) asks the server - C(/v2/models) exists on 2.x only.
-    type: str
-    choices: [auto, v1, v2]
-    default: auto
   state:
     description: Whether the deployment exists.
     type: str
@@ -213,10 +184,10 @@ diff:
   type: dict
 '''
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
-    GpustackApiError, GpustackClient,
+    GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
     RecordInputError, desired_model_fields, model_create_body, model_update_body, plan_model_change,
@@ -226,13 +197,8 @@ RESOURCE = 'models'
 
 
 def argument_spec():
-    return dict(
-        server_url=dict(type='str', required=True, fallback=(env_fallback, ['GPUSTACK_SERVER_URL'])),
-        api_key=dict(type='str', required=True, no_log=True, fallback=(env_fallback, ['GPUSTACK_API_KEY'])),
-        validate_certs=dict(type='bool', default=True),
-        ca_path=dict(type='path'),
-        timeout=dict(type='int', default=30),
-        api_version=dict(type='str', choices=['auto', 'v1', 'v2'], default='auto'),
+    spec = gpustack_connection_argument_spec()
+    spec.update(
         state=dict(type='str', choices=['present', 'absent'], default='present'),
         name=dict(type='str', required=True),
         cluster_id=dict(type='int'),
@@ -258,6 +224,7 @@ def argument_spec():
         restart_on_error=dict(type='bool'),
         distributed_inference_across_workers=dict(type='bool'),
     )
+    return spec
 
 
 def run(module, client):
@@ -291,9 +258,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     try:
-        client = GpustackClient(params['server_url'], params['api_key'], api_version=params['api_version'],
-                                validate_certs=params['validate_certs'], ca_path=params['ca_path'],
-                                timeout=params['timeout'])
+        client = GpustackClient.from_params(params)
         result = run(module, client)
     except RecordInputError as error:
         module.fail_json(msg='gpustack_model %s: invalid %s' % (params['name'], error), field=error.field)

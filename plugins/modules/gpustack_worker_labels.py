@@ -29,35 +29,9 @@ attributes:
   diff_mode:
     support: full
     description: Labels before and after, per worker.
+extends_documentation_fragment:
+  - kvpin.fleet.gpustack
 options:
-  server_url:
-    description:
-      - Base URL of the GPUStack server.
-      - Defaults to the environment variable E(GPUSTACK_SERVER_URL).
-    type: str
-    required: true
-  api_key:
-    description:
-      - GPUStack API key, sent as C(Authorization) C(Bearer).
-      - Defaults to the environment variable E(GPUSTACK_API_KEY).
-    type: str
-    required: true
-  validate_certs:
-    description: Verify the server's TLS certificate.
-    type: bool
-    default: true
-  ca_path:
-    description: PEM file of the CA that signed the server's certificate.
-    type: path
-  timeout:
-    description: Seconds to wait for each answer.
-    type: int
-    default: 30
-  api_version:
-    description: Management API generation; C(auto) asks the server.
-    type: str
-    choices: [auto, v1, v2]
-    default: auto
   workers:
     description: Names of the workers to label (as registered, usually the host name).
     type: list
@@ -122,10 +96,10 @@ api_version:
   type: str
 '''
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
-    GpustackApiError, GpustackClient,
+    GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
     RecordInputError, label_values, worker_labels_change, worker_labels_wanted,
@@ -137,18 +111,14 @@ SERVER_OWNED_WORKER_FIELDS = ('id', 'created_at', 'updated_at', 'deleted_at')
 
 
 def argument_spec():
-    return dict(
-        server_url=dict(type='str', required=True, fallback=(env_fallback, ['GPUSTACK_SERVER_URL'])),
-        api_key=dict(type='str', required=True, no_log=True, fallback=(env_fallback, ['GPUSTACK_API_KEY'])),
-        validate_certs=dict(type='bool', default=True),
-        ca_path=dict(type='path'),
-        timeout=dict(type='int', default=30),
-        api_version=dict(type='str', choices=['auto', 'v1', 'v2'], default='auto'),
+    spec = gpustack_connection_argument_spec()
+    spec.update(
         workers=dict(type='list', elements='str', required=True),
         labels=dict(type='dict', required=True),
         mode=dict(type='str', choices=['merge', 'replace'], default='merge'),
         allow_missing=dict(type='bool', default=False),
     )
+    return spec
 
 
 def run(module, client):
@@ -209,9 +179,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     try:
-        client = GpustackClient(params['server_url'], params['api_key'], api_version=params['api_version'],
-                                validate_certs=params['validate_certs'], ca_path=params['ca_path'],
-                                timeout=params['timeout'])
+        client = GpustackClient.from_params(params)
         result = run(module, client)
     except RecordInputError as error:
         module.fail_json(msg='gpustack_worker_labels: invalid %s' % error, field=error.field)

@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lab_fleet  # noqa: E402
-from lab_fleet import NODES, REPO_ROOT, VENV_BIN, lab, playbook, recap, run  # noqa: E402
+from lab_fleet import REPO_ROOT, VENV_BIN, playbook, recap, run  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
@@ -34,19 +34,11 @@ NODE = 'lab-4090x4'
 
 
 @pytest.fixture(scope='module')
-def fleet():
-    reason = lab_fleet.lab_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    was_up = lab_fleet.lab_is_up()
-    lab('up')
+def fleet(fleet):  # pylint: disable=redefined-outer-name
+    """The lab fleet of conftest.py with the site playbook run once on it for this module."""
     site = playbook(SITE_PLAYBOOK)
     assert site.returncode == 0, site.stdout[-4000:] + site.stderr[-2000:]
-    yield NODES
-    if was_up:
-        lab('up')
-    else:
-        lab('down')
+    return fleet
 
 
 def _worker(*args):

@@ -21,20 +21,6 @@ from lab_fleet import NODES, REPO_ROOT, lab, load_fixture, module_result, playbo
 SWAP_NODE = 'lab-4090x2'
 
 
-@pytest.fixture(scope='module')
-def fleet():
-    reason = lab_fleet.lab_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    was_up = lab_fleet.lab_is_up()
-    lab('up')
-    yield NODES
-    if was_up:
-        lab('up')  # puts every node's own fixture back
-    else:
-        lab('down')
-
-
 @pytest.fixture
 def swapped_card(fleet, tmp_path):
     """lab-4090x2 with its second RTX 4090 replaced by the first A6000 of lab-a6000x4."""

@@ -11,24 +11,13 @@ import dataclasses
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    LAYER_FULL, LAYER_SLIDING, ModelSpec)
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB
 
-LLAMA_70B = ModelSpec(
-    name='Llama-3.3-70B-Instruct', source='catalog', architecture='LlamaForCausalLM',
-    num_layers=80, hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
-    num_kv_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
-    tie_word_embeddings=False, dtype_bytes=2, layer_kinds=[LAYER_FULL] * 80)
-
-# gpt-oss-20b (openai/gpt-oss-20b config.json): alternating sliding (128) / full layers
-GPT_OSS_20B = ModelSpec(
-    name='gpt-oss-20b', source='catalog', architecture='GptOssForCausalLM', num_layers=24,
-    hidden_size=2880, intermediate_size=0, num_attention_heads=64, num_kv_heads=8,
-    head_dim=64, vocab_size=201088, max_position_embeddings=131072, tie_word_embeddings=False,
-    dtype_bytes=2, layer_kinds=[LAYER_SLIDING, LAYER_FULL] * 12, sliding_window=128,
-    num_experts=32, num_experts_per_tok=4, moe_intermediate_size=2880)
+LLAMA_70B = resolve_model('meta-llama/Llama-3.3-70B-Instruct')
+# the catalog's gpt-oss-20b alternates sliding-window (128) and full-attention layers
+GPT_OSS_20B = resolve_model('openai/gpt-oss-20b')
 
 # NVML memory.total of an RTX A6000 (the field report's 48 GB card) and an RTX 4090
 A6000 = {'index': 0, 'uuid': 'GPU-a6000', 'name': 'NVIDIA RTX A6000',
@@ -344,7 +333,6 @@ def test_no_kv_offload_moves_kv_off_the_gpu():
 def test_gguf_file_bytes_are_used_as_read(tmp_path):
     gguf = pytest.importorskip('gguf')
     np = pytest.importorskip('numpy')
-    from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
     path = str(tmp_path / 'tiny.gguf')
     writer = gguf.GGUFWriter(path, 'llama')
     writer.add_block_count(2)
