@@ -870,13 +870,16 @@ def resolve_model(model):
     if not isinstance(model, str) or not model.strip():
         raise ModelSpecError('model', 'expected a catalog name, an HF config dict, a model '
                              'directory or a .gguf path; got %r' % (model,))
+    # Catalog names first: an HF id like "org/model" must not turn into whatever directory of
+    # that name the planning host's working directory holds (directories are given as ./x or /x).
+    key = _catalog_key(model)
+    if key is not None:
+        return spec_from_catalog(key)
+    model = os.path.expanduser(model)
     if model.lower().endswith(GGUF_SUFFIX):
         return spec_from_gguf(model)
     if os.path.isdir(model):
         return spec_from_model_dir(model)
-    key = _catalog_key(model)
-    if key is not None:
-        return spec_from_catalog(key)
     if os.path.isabs(model) or model.startswith('.'):
         raise ModelSpecError('model', 'path %s does not exist' % model)
     known = sorted(set(CATALOG) | set(ALIASES))

@@ -6,11 +6,15 @@ hand it to the planner of its engine, and render the result for people.
 
 This module owns only input validation and dispatch; the memory arithmetic lives in
 ``vllm_memory`` and ``llamacpp_memory`` (one estimator per engine, nothing recomputed
-here).
+here). The task interface (argument spec, result dict, where the plan is computed) is
+here too, shared by the ``serving_plan`` module and its action plugin.
 """
 
 from __future__ import annotations
 
+import os
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
@@ -36,6 +40,47 @@ ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
 MAX_CONCURRENCY = 100000
 GPU_KEYS = ('index', 'name', 'memory_total')
+
+# Option types of the engine knobs (the module's argument spec, less the required inputs).
+KNOB_TYPES = dict(
+    tensor_parallel_size=dict(type='raw'),
+    gpu_memory_utilization=dict(type='float'),
+    max_model_len=dict(type='int'),
+    max_num_seqs=dict(type='int'),
+    max_num_batched_tokens=dict(type='int', no_log=False),
+    kv_cache_dtype=dict(type='str'),
+    block_size=dict(type='int'),
+    enforce_eager=dict(type='bool'),
+    pin_kv_cache_memory=dict(type='bool'),
+    kv_cache_memory_bytes=dict(type='int'),
+    cudagraph_memory_estimate=dict(type='bool'),
+    gpu_layers=dict(type='int'),
+    ctx_size=dict(type='int'),
+    parallel=dict(type='int'),
+    flash_attn=dict(type='bool'),
+    cache_type_k=dict(type='str'),
+    cache_type_v=dict(type='str'),
+    ubatch_size=dict(type='int'),
+    batch_size=dict(type='int'),
+    tensor_split=dict(type='list', elements='float'),
+    quantization=dict(type='str'),
+    no_kv_offload=dict(type='bool'),
+    vram_reserve_bytes=dict(type='int'),
+)
+
+# The serving_plan task's argument spec: the module builds its AnsibleModule from it and the
+# action plugin validates the task args with it, so both coerce and reject alike.
+SERVING_PLAN_ARGUMENT_SPEC = dict(
+    backend=dict(type='str', required=True, choices=list(BACKENDS)),
+    backend_version=dict(type='str', required=True),
+    model=dict(type='raw', required=True),
+    gpus=dict(type='list', elements='dict', required=True),
+    prompt_tokens_p99=dict(type='int', required=True, no_log=False),
+    max_output_tokens=dict(type='int', required=True, no_log=False),
+    max_concurrency=dict(type='int', required=True),
+    fail_on_infeasible=dict(type='bool', default=True),
+    **KNOB_TYPES
+)
 
 
 def _positive_int(field_name, value, upper):
@@ -178,3 +223,34 @@ def infeasible_message(plan):
     if plan.suggestions:
         parts.append('what would fit: %s' % '; '.join(plan.suggestions))
     return '. '.join(parts)
+
+
+def model_needs_node_files(model):
+    """Whether planning ``model`` reads files, and so must run on the node that has them.
+
+    A path does: a ``.gguf`` file (any case), an absolute path, or one starting with
+    ``.`` or ``~``. A catalog name or Hugging Face repo id (``org/name``) and an HF config
+    dict need nothing from the node, so the plan can be computed on the controller.
+    """
+    if not isinstance(model, str):
+        return False
+    return (model.lower().endswith(GGUF_SUFFIX) or os.path.isabs(model)
+            or model.startswith(('.', '~')))
+
+
+def serving_plan_result(params):
+    """The serving_plan task result for validated ``params``: ``changed``, ``plan`` and
+    ``plan_report``; ``failed`` and ``msg`` (and ``field``) for invalid input or an
+    infeasible plan under ``fail_on_infeasible``. The module and the action plugin both
+    return this, so a plan reads the same wherever it was computed."""
+    try:
+        plan = build_plan(params)
+    except PlanInputError as error:
+        return dict(failed=True, msg='serving_plan: invalid %s' % error, field=error.field)
+    except ImportError as error:
+        # The GGUF reader needs the gguf package on the host that reads the file.
+        return dict(failed=True, msg='serving_plan: %s' % error)
+    result = dict(changed=False, plan=plan.to_dict(), plan_report=plan_report(plan))
+    if not plan.feasible and params.get('fail_on_infeasible', True):
+        result.update(failed=True, msg=infeasible_message(plan))
+    return result

@@ -19,11 +19,28 @@ description:
     GPUs, the model and the declared traffic. Every derived value carries the rule that produced it.
   - Read-only. An infeasible plan fails with the terms that do not add up and what would fit,
     unless O(fail_on_infeasible=false).
+notes:
+  - The plan is pure arithmetic over the GPU facts and the model, so for a catalog name,
+    Hugging Face repo id or config dict the action plugin of the same name computes it on the
+    controller, with the same argument validation and the same result, and nothing is copied
+    to or run on the node. That keeps a rerun of the site playbook as cheap as gathering facts.
+  - Only a model given as a path (a C(.gguf) file, an absolute path, or one starting with
+    C(.) or C(~)) has to be read where the file is, so then the module runs on the node.
+    Give a model directory that way (C(/srv/models/x) or C(./x)); a bare C(org/name) is
+    taken for a catalog name.
 author:
   - kvpin.fleet contributors (!UNKNOWN)
 requirements:
   - gguf (Python package) only when O(model) is a C(.gguf) file.
 attributes:
+  action:
+    support: full
+    description:
+      - Has an action plugin of the same name that computes the plan on the controller unless
+        O(model) is a path (see notes).
+  async:
+    support: full
+    description: With C(async) the module always runs on the node.
   check_mode:
     support: full
     description: Computes only; nothing on the host changes.
@@ -260,63 +277,18 @@ plan_report:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
-    build_plan, infeasible_message, plan_report,
+    SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result,
 )
-
-KNOB_TYPES = dict(
-    tensor_parallel_size=dict(type='raw'),
-    gpu_memory_utilization=dict(type='float'),
-    max_model_len=dict(type='int'),
-    max_num_seqs=dict(type='int'),
-    max_num_batched_tokens=dict(type='int', no_log=False),
-    kv_cache_dtype=dict(type='str'),
-    block_size=dict(type='int'),
-    enforce_eager=dict(type='bool'),
-    pin_kv_cache_memory=dict(type='bool'),
-    kv_cache_memory_bytes=dict(type='int'),
-    cudagraph_memory_estimate=dict(type='bool'),
-    gpu_layers=dict(type='int'),
-    ctx_size=dict(type='int'),
-    parallel=dict(type='int'),
-    flash_attn=dict(type='bool'),
-    cache_type_k=dict(type='str'),
-    cache_type_v=dict(type='str'),
-    ubatch_size=dict(type='int'),
-    batch_size=dict(type='int'),
-    tensor_split=dict(type='list', elements='float'),
-    quantization=dict(type='str'),
-    no_kv_offload=dict(type='bool'),
-    vram_reserve_bytes=dict(type='int'),
-)
+# Kept importable from the module: its tests check the spec covers every engine knob once.
+from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import KNOB_TYPES  # noqa: F401 pylint: disable=unused-import
 
 
 def main():
-    argument_spec = dict(
-        backend=dict(type='str', required=True, choices=['vllm', 'llama-box', 'llama.cpp']),
-        backend_version=dict(type='str', required=True),
-        model=dict(type='raw', required=True),
-        gpus=dict(type='list', elements='dict', required=True),
-        prompt_tokens_p99=dict(type='int', required=True, no_log=False),
-        max_output_tokens=dict(type='int', required=True, no_log=False),
-        max_concurrency=dict(type='int', required=True),
-        fail_on_infeasible=dict(type='bool', default=True),
-    )
-    argument_spec.update(KNOB_TYPES)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-
-    try:
-        plan = build_plan(module.params)
-    except PlanInputError as error:
-        module.fail_json(msg='serving_plan: invalid %s' % error, field=error.field)
-    except ImportError as error:
-        # The GGUF reader needs the gguf package on the host that reads the file.
-        module.fail_json(msg='serving_plan: %s' % error)
-
-    result = dict(changed=False, plan=plan.to_dict(), plan_report=plan_report(plan))
-    if not plan.feasible and module.params['fail_on_infeasible']:
-        module.fail_json(msg=infeasible_message(plan), **result)
+    module = AnsibleModule(argument_spec=SERVING_PLAN_ARGUMENT_SPEC, supports_check_mode=True)
+    result = serving_plan_result(module.params)
+    if result.get('failed'):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

@@ -441,3 +441,19 @@ def test_model_dir_with_broken_config(tmp_path):
     (tmp_path / 'config.json').write_text('{not json')
     with pytest.raises(ModelSpecError, match='not valid JSON'):
         ml.resolve_model(str(tmp_path))
+
+
+def test_catalog_name_wins_over_a_same_named_directory(tmp_path, monkeypatch):
+    # The controller plans catalog names in its own working directory: a local folder called
+    # like the HF id (a downloaded snapshot, say) must not be read instead of the catalog.
+    (tmp_path / 'meta-llama' / 'Llama-3.3-70B-Instruct').mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    spec = ml.resolve_model("meta-llama/Llama-3.3-70B-Instruct")
+    assert spec.param_count == 70553706496
+
+
+def test_home_relative_paths_are_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv('HOME', str(tmp_path))
+    with pytest.raises(ModelSpecError) as error:
+        ml.resolve_model("~/models/missing.gguf")
+    assert str(tmp_path) in str(error.value)
