@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+    NodeStateInputError,
+    compare,
+    parse_checks,
+    summarize,
+)
+from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
     system_reserved,
@@ -23,8 +30,32 @@ def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
         raise AnsibleFilterError('kvpin_system_reserved: %s' % exc)
 
 
+def kvpin_node_drift(observed, checks):
+    """node_state's answer (in_sync, checks, drift) for ``checks`` against an observation
+    gpu_facts made on the node (its ``observe`` option): the same comparison, on the controller."""
+    if not isinstance(observed, dict):
+        raise AnsibleFilterError('kvpin_node_drift: expected the kvpin_node_observed dict of gpu_facts, got %r'
+                                 % (type(observed).__name__,))
+    try:
+        return summarize(compare(parse_checks(checks), observed))
+    except NodeStateInputError as exc:
+        raise AnsibleFilterError('kvpin_node_drift: %s' % exc)
+
+
+def kvpin_pip_pins(requirements):
+    """[{name, version}] of exact pins / bare names, for kvpin.fleet.node_state."""
+    try:
+        return pip_pins(requirements)
+    except PipPinError as exc:
+        raise AnsibleFilterError('kvpin_pip_pins: %s' % exc)
+
+
 class FilterModule(object):
     """kvpin.fleet filters."""
 
     def filters(self):
-        return {'kvpin_system_reserved': kvpin_system_reserved}
+        return {
+            'kvpin_node_drift': kvpin_node_drift,
+            'kvpin_pip_pins': kvpin_pip_pins,
+            'kvpin_system_reserved': kvpin_system_reserved,
+        }

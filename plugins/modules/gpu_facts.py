@@ -36,6 +36,19 @@ options:
         finds, for example a stub library in tests.
       - A path that cannot be loaded fails the module.
     type: path
+  observe:
+    description:
+      - Also read, in the same round trip, every object these checks name (files with their
+        sha1, mode and owner; users; groups; systemd units; health URLs; package versions) and
+        return what was found as C(ansible_facts.kvpin_node_observed), without comparing.
+      - The checks have the format of the O(kvpin.fleet.node_state#module:checks) option; their
+        wanted values are not used here. The comparison runs on the controller with the
+        P(kvpin.fleet.kvpin_node_drift#filter) filter, after planning. This is how C(site.yml)
+        probes and checks an unchanged node with one remote call.
+      - File contents are never returned, only their sha1.
+    type: list
+    elements: dict
+    default: []
 requirements:
   - nvidia-ml-py (provides the C(pynvml) module) on the managed node
 attributes:
@@ -47,7 +60,7 @@ attributes:
     description: Nothing changes, so there is nothing to diff.
   facts:
     support: full
-    description: Returns C(ansible_facts.kvpin_gpus).
+    description: Returns C(ansible_facts.kvpin_gpus) (and C(ansible_facts.kvpin_node_observed) with O(observe)).
 notes:
   - Memory figures are bytes. With drivers that have NVML's v2 memory query,
     C(memory_used) excludes the memory the driver reserves for itself, reported
@@ -70,6 +83,21 @@ EXAMPLES = r'''
     msg: "{{ item.name }}: {{ item.memory_free }} bytes free"
   loop: "{{ ansible_facts.kvpin_gpus.gpus }}"
 
+- name: Probe the GPUs and read the worker's files and unit in the same round trip
+  kvpin.fleet.gpu_facts:
+    required: true
+    observe:
+      - name: gpustack_worker
+        files:
+          - path: /var/lib/gpustack/config.yaml
+            sha1: 0123456789abcdef0123456789abcdef01234567
+        units:
+          - name: gpustack.service
+
+- name: Compare after planning, on the controller
+  ansible.builtin.set_fact:
+    worker_drift: "{{ ansible_facts.kvpin_node_observed | kvpin.fleet.kvpin_node_drift(desired_checks) }}"
+
 - name: Read the GPUs from a stub NVML library (tests)
   kvpin.fleet.gpu_facts:
     library_path: /opt/kvpin/nvml-stub/libnvidia-ml.so.1
@@ -78,11 +106,34 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+missing_library:
+  description: The Python distribution to install on the node when the module fails because it cannot import pynvml.
+  returned: failure, when pynvml cannot be imported
+  type: str
+  sample: nvidia-ml-py
 ansible_facts:
   description: Facts to add to the host's ansible_facts.
   returned: always
   type: dict
   contains:
+    kvpin_node_observed:
+      description:
+        - What the node has for every object named in O(observe), for
+          P(kvpin.fleet.kvpin_node_drift#filter) - per file path its kind, mode, owner, group and
+          sha1; per user and group whether it exists; per unit its C(systemctl show) properties;
+          per URL the HTTP status; per interpreter the installed versions. Readers that failed
+          carry C(error) with the reason.
+      returned: when O(observe) is given
+      type: dict
+      sample:
+        files:
+          /var/lib/gpustack/config.yaml: {kind: a file, mode: 384, owner: root, group: root, sha1: 0123456789abcdef0123456789abcdef01234567}
+        users: {}
+        groups: {}
+        units:
+          gpustack.service: {properties: {LoadState: loaded, ActiveState: active, SubState: running}, error: null}
+        http: {}
+        python_packages: {}
     kvpin_gpus:
       description: The node's NVIDIA GPUs as NVML reports them.
       returned: always
@@ -246,6 +297,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+    NodeStateInputError,
+    observe,
+    parse_checks,
+)
 from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
     NvmlProbeError,
     preload_library,
@@ -266,11 +322,21 @@ def main():
         argument_spec=dict(
             required=dict(type='bool', default=False),
             library_path=dict(type='path'),
+            observe=dict(type='list', elements='dict', default=[]),
         ),
         supports_check_mode=True,
     )
     if pynvml is None:
-        module.fail_json(msg=missing_required_lib('nvidia-ml-py'), exception=PYNVML_IMPORT_ERROR)
+        # missing_library lets a playbook install the package and probe again (site.yml's prereq
+        # step) without parsing the message.
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py'), exception=PYNVML_IMPORT_ERROR,
+                         missing_library='nvidia-ml-py')
+
+    # Bad checks fail before the node is read at all.
+    try:
+        checks = parse_checks(module.params['observe'])
+    except NodeStateInputError as exc:
+        module.fail_json(msg='observe: %s' % exc, check=exc.check, field=exc.field)
 
     library_path = module.params['library_path']
     if library_path:
@@ -289,7 +355,10 @@ def main():
 
     if module.params['required'] and facts['reason']:
         module.fail_json(msg='No usable NVIDIA GPUs and required=true: %s' % facts['reason'])
-    module.exit_json(changed=False, ansible_facts=dict(kvpin_gpus=facts))
+    ansible_facts = dict(kvpin_gpus=facts)
+    if checks:
+        ansible_facts['kvpin_node_observed'] = observe(checks)
+    module.exit_json(changed=False, ansible_facts=ansible_facts)
 
 
 if __name__ == '__main__':

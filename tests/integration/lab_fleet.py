@@ -86,6 +86,24 @@ def module_result(node, module, module_args=''):
     return proc.returncode, json.loads(body)
 
 
+# "<lab-mixed> PUT /root/.ansible/tmp/.../tmpab12 TO /root/.ansible/tmp/ansible-tmp-.../AnsiballZ_gpu_facts.py"
+MODULE_SENT = re.compile(r'^<(?P<host>[^>]+)> PUT \S+ TO \S+/AnsiballZ_(?P<module>\w+)\.py$', re.MULTILINE)
+
+
+def modules_sent(verbose_output):
+    """{host: [module, ...]} in the order Ansible copied them to each node (needs -vvv)."""
+    sent = collections.defaultdict(list)
+    for match in MODULE_SENT.finditer(verbose_output):
+        sent[match.group('host')].append(match.group('module'))
+    return dict(sent)
+
+
+def node_exec(node, *argv):
+    """Run a command inside a lab node (its container); returns CompletedProcess."""
+    container = os.environ.get('KVPIN_LAB_PREFIX', '') + node
+    return run(['podman', 'exec', container] + list(argv))
+
+
 def load_fixture(node_or_path):
     path = node_or_path if os.sep in node_or_path else os.path.join(FIXTURE_DIR, node_or_path + '.json')
     with open(path) as f:

@@ -56,6 +56,44 @@ def test_site_playbook_runs_and_reruns_without_changes(fleet):
     assert {node: counts[node]['changed'] for node in NODES} == {node: 0 for node in NODES}
 
 
+def test_rerun_on_an_unchanged_fleet_is_one_remote_call_per_node(fleet):
+    # The rerun's whole cost on a node in sync: gpu_facts probes the GPUs and reads every file,
+    # unit, user and health URL the roles manage (observe) in one module run; planning and the
+    # comparison run on the controller; no role task is even loaded.
+    converged = playbook('site.yml')
+    assert converged.returncode == 0, converged.stdout + converged.stderr
+    rerun = playbook('site.yml', '-vvv')
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr
+    assert lab_fleet.modules_sent(rerun.stdout) == {node: ['gpu_facts'] for node in NODES}
+    assert {node: counts['changed'] for node, counts in recap(rerun.stdout).items()} == {node: 0 for node in NODES}
+    for node in NODES:
+        assert '%s: in sync, nothing to change' % node in rerun.stdout
+
+
+def test_drift_is_found_and_converged_on_that_node_only(fleet):
+    converged = playbook('site.yml')
+    assert converged.returncode == 0, converged.stdout + converged.stderr
+    worker_config = '/var/lib/gpustack/config.yaml'
+    watchdog_config = '/etc/kvpin-watchdog/gpustack-worker.json'
+    assert lab_fleet.node_exec('lab-mixed', 'chmod', '0644', worker_config).returncode == 0
+    assert lab_fleet.node_exec('lab-4090x2', 'sh', '-c', 'echo "# hand edit" >> ' + watchdog_config).returncode == 0
+
+    mended = playbook('site.yml')
+    assert mended.returncode == 0, mended.stdout[-3000:] + mended.stderr
+    assert 'lab-mixed: differs: gpustack_worker: %s: mode 0644, wanted 0600' % worker_config in mended.stdout
+    assert 'lab-4090x2: differs: serving_watchdog: %s: content differs' % watchdog_config in mended.stdout
+    changed = {node: counts['changed'] for node, counts in recap(mended.stdout).items()}
+    assert changed['lab-mixed'] > 0 and changed['lab-4090x2'] > 0
+    assert changed['lab-a6000x4'] == 0 and changed['lab-4090x4'] == 0
+    mode = lab_fleet.node_exec('lab-mixed', 'stat', '-c', '%a', worker_config)
+    assert mode.stdout.strip() == '600'
+    edited = lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config)
+    assert edited.stdout.strip() == '0'
+
+    again = playbook('site.yml')
+    assert {node: counts['changed'] for node, counts in recap(again.stdout).items()} == {node: 0 for node in NODES}
+
+
 def test_each_node_reports_its_fixture_to_the_byte(fleet):
     for node in NODES:
         fixture = load_fixture(node)

@@ -8,6 +8,7 @@ libnvidia-ml.so.1, and its JSON answer is checked."""
 from __future__ import annotations
 
 import ctypes.util
+import hashlib
 import json
 import os
 import subprocess
@@ -146,6 +147,8 @@ def test_missing_pynvml_names_the_package(tmp_path, stub_library):
                         without_pynvml=True)
     assert result['failed'] is True
     assert 'nvidia-ml-py' in result['msg'] and 'Failed to import' in result['msg']
+    # What site.yml's prereq step keys on to install the wheel and probe again.
+    assert result['missing_library'] == 'nvidia-ml-py'
     # ansible-core 2.19 adds the import traceback only when traceback capture is on
     assert 'pynvml' in result.get('exception', 'pynvml')
 
@@ -182,3 +185,39 @@ def test_facts_reach_later_tasks_through_ansible_playbook(tmp_path, stub_library
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'ok=2' in proc.stdout and 'failed=0' in proc.stdout
+
+
+def test_observe_reads_the_named_objects_in_the_same_run(tmp_path, stub_library):
+    # site.yml's one round trip: the GPUs and what the node has of every managed object.
+    managed = tmp_path / 'config.yaml'
+    managed.write_bytes(b'token: s3cret\n')
+    managed.chmod(0o600)
+    result = run_module(tmp_path, {
+        'library_path': stub_library,
+        'observe': [{'name': 'worker',
+                     'files': [{'path': str(managed), 'sha1': '0' * 40}, {'path': str(tmp_path / 'absent')}],
+                     'users': ['root'], 'groups': ['kvpin-surely-no-such-group']}],
+    }, stub_config=fixture_path('lab-4090x2'))
+    facts = result['ansible_facts']
+    assert [gpu['name'] for gpu in facts['kvpin_gpus']['gpus']] == ['NVIDIA GeForce RTX 4090'] * 2
+    observed = facts['kvpin_node_observed']
+    assert observed['files'][str(managed)]['sha1'] == hashlib.sha1(b'token: s3cret\n').hexdigest()
+    assert observed['files'][str(managed)]['mode'] == 0o600
+    assert observed['files'][str(tmp_path / 'absent')] == {'kind': 'missing'}
+    assert observed['users'] == {'root': True}
+    assert observed['groups'] == {'kvpin-surely-no-such-group': False}
+    assert 's3cret' not in json.dumps(result)
+
+
+def test_observe_without_it_adds_no_fact(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('lab-4090x2'))
+    assert 'kvpin_node_observed' not in result['ansible_facts']
+
+
+def test_bad_observe_input_fails_naming_the_field_before_reading(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library,
+                                   'observe': [{'name': 'worker', 'files': [{'path': 'relative/x'}]}]},
+                        stub_config=fixture_path('lab-4090x2'))
+    assert result['failed'] is True
+    assert result['msg'].startswith("observe: check worker: files[0].path 'relative/x'")
+    assert result['field'] == 'files[0].path' and 'ansible_facts' not in result

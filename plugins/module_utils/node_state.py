@@ -1,0 +1,711 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Does a node already match what the roles would write? Read-only comparisons behind
+``kvpin.fleet.node_state``.
+
+The controller computes the desired state (file hashes, modes and owners, units, users,
+groups, health URLs, package versions); this compares it with the node in one round trip.
+A check is "in sync" only when every object it names was read and matched: anything that
+cannot be read (permission denied, systemctl failing, an interpreter that does not start)
+is drift with the reason, because "in sync" makes the roles skip their converge tasks.
+
+Drift lines name the object and both values where there are values, never file contents::
+
+    /etc/gpustack/config.yaml: content differs (sha1 3f2a... wanted 9b1c...)
+    /etc/x: mode 0644, wanted 0600
+    user kvpin-watchdog: missing
+    gpustack.service: ActiveState inactive (dead), wanted active
+    http://127.0.0.1:10150/healthz: status 503, wanted 200
+    gpustack 0.7.1 in /opt/gpustack/bin/python: installed 0.7.0
+
+Stdlib only and Python >= 3.8: this runs on the managed node.
+"""
+
+from __future__ import annotations
+
+import errno
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+FILE_STATES = ('file', 'directory', 'absent')
+
+# Read by `systemctl show`, in this order on the command line.
+UNIT_PROPERTIES = ('Id', 'LoadState', 'ActiveState', 'SubState', 'UnitFileState', 'NeedDaemonReload')
+
+# UnitFileState values under which a unit starts at boot through its [Install] links: a unit
+# wanted disabled is drift in any of them.
+ENABLED_UNIT_FILE_STATES = ('enabled', 'enabled-runtime')
+# ActiveState values of a unit that runs or is starting: a unit wanted stopped is drift in them.
+RUNNING_ACTIVE_STATES = ('active', 'activating', 'reloading')
+
+UNIT_SUFFIXES = ('service', 'socket', 'target', 'timer', 'mount', 'automount', 'path', 'slice',
+                 'scope', 'swap', 'device')
+UNIT_NAME_RE = re.compile(r'^[^\s/-][^\s/]*\.(%s)$' % '|'.join(UNIT_SUFFIXES))
+MODE_RE = re.compile(r'^[0-7]{3,4}$')
+SHA1_RE = re.compile(r'^[0-9a-fA-F]{40}$')
+
+HASH_CHUNK_BYTES = 64 * 1024
+SYSTEMCTL_TIMEOUT_SECONDS = 60
+PYTHON_TIMEOUT_SECONDS = 60
+# Where systemctl lives when the module's PATH is minimal.
+SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+# Run by each interpreter named in python_packages: argv[1:] are distribution names; prints
+# {name: version or null}. importlib.metadata from 3.8; pkg_resources for older venvs.
+PACKAGE_VERSIONS_SCRIPT = '''
+import json, sys
+try:
+    from importlib.metadata import version, PackageNotFoundError
+except ImportError:
+    import pkg_resources
+    PackageNotFoundError = pkg_resources.DistributionNotFound
+    def version(name):
+        return pkg_resources.get_distribution(name).version
+found = {}
+for name in sys.argv[1:]:
+    try:
+        found[name] = version(name)
+    except PackageNotFoundError:
+        found[name] = None
+sys.stdout.write(json.dumps(found))
+'''
+
+
+class NodeStateInputError(ValueError):
+    """A check that cannot be compared as given: names the check, the field and the value."""
+
+    def __init__(self, check, field_name, value, problem):
+        super().__init__('check %s: %s %r: %s' % (check, field_name, value, problem))
+        self.check = check
+        self.field = field_name
+        self.value = value
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    path: str
+    state: str = 'file'
+    sha1: Optional[str] = None  # lower-case hex
+    mode: Optional[int] = None  # permission bits, as stat.S_IMODE gives them
+    owner: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    name: str
+    enabled: Optional[bool] = None
+    active: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class HttpSpec:
+    url: str
+    status: int = 200
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class PythonPackageSpec:
+    python: str
+    name: str
+    version: Optional[str] = None  # None: installed at any version
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    files: Tuple[FileSpec, ...] = ()
+    users: Tuple[str, ...] = ()
+    groups: Tuple[str, ...] = ()
+    units: Tuple[UnitSpec, ...] = ()
+    http: Tuple[HttpSpec, ...] = ()
+    python_packages: Tuple[PythonPackageSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """One unit as `systemctl show` printed it, or why it could not be read (``error``)."""
+    name: str
+    properties: Dict[str, str] = field(default_factory=dict)
+    error: Optional[str] = None
+
+    def get(self, prop):
+        return self.properties.get(prop, '')
+
+
+@dataclass
+class CheckResult:
+    name: str
+    drift: List[str] = field(default_factory=list)
+
+    @property
+    def in_sync(self):
+        return not self.drift
+
+
+# -- input ---------------------------------------------------------------------------------
+
+def format_mode(mode):
+    return '%04o' % mode
+
+
+def _given(raw, key, default=None):
+    """A key of a raw option dict; Ansible fills unset suboptions with None."""
+    value = raw.get(key)
+    return default if value is None else value
+
+
+def _require_str(check, field_name, value):
+    if not isinstance(value, str) or not value:
+        raise NodeStateInputError(check, field_name, value, 'must be a non-empty string')
+    return value
+
+
+def _string_list(check, field_name, values):
+    if not isinstance(values, (list, tuple)):
+        raise NodeStateInputError(check, field_name, values, 'must be a list of strings')
+    return tuple(_require_str(check, field_name, v) for v in values)
+
+
+def _dict_list(check, field_name, values):
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, dict) for v in values):
+        raise NodeStateInputError(check, field_name, values, 'must be a list of dicts')
+    return values
+
+
+def parse_mode(check, field_name, value):
+    """"0600" or "644" (octal digits) -> 0o600. An int is taken as the mode's value, as
+    ansible.builtin.file takes it (YAML reads an unquoted 0600 as the int 384)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise NodeStateInputError(check, field_name, value, 'must be an octal string like "0600"')
+    if isinstance(value, int):
+        if not 0 <= value <= 0o7777:
+            raise NodeStateInputError(check, field_name, value, 'is not a permission mode (0 to 07777)')
+        return value
+    if not isinstance(value, str) or not MODE_RE.match(value):
+        raise NodeStateInputError(check, field_name, value, 'must be 3 or 4 octal digits like "0600"')
+    return int(value, 8)
+
+
+def _parse_file(check, index, raw):
+    where = 'files[%d]' % index
+    path = raw.get('path')
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise NodeStateInputError(check, where + '.path', path, 'must be an absolute path')
+    # A trailing slash would make lstat follow a symlink at the end of the path.
+    if len(path) > 1:
+        path = path.rstrip('/') or '/'
+    state = _given(raw, 'state', 'file')
+    if state not in FILE_STATES:
+        raise NodeStateInputError(check, where + '.state', state, 'must be one of %s' % ', '.join(FILE_STATES))
+    sha1 = raw.get('sha1')
+    if sha1 is not None:
+        if not isinstance(sha1, str) or not SHA1_RE.match(sha1):
+            raise NodeStateInputError(check, where + '.sha1', sha1, 'must be 40 hex digits')
+        if state != 'file':
+            raise NodeStateInputError(check, where + '.sha1', sha1, 'only applies to state file, not %s' % state)
+        sha1 = sha1.lower()
+    mode = parse_mode(check, where + '.mode', raw.get('mode'))
+    owner = raw.get('owner')
+    group = raw.get('group')
+    if owner is not None:
+        _require_str(check, where + '.owner', owner)
+    if group is not None:
+        _require_str(check, where + '.group', group)
+    if state == 'absent' and (mode is not None or owner is not None or group is not None):
+        raise NodeStateInputError(check, where + '.state', state, 'mode, owner and group do not apply to absent')
+    return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group)
+
+
+def _optional_bool(check, field_name, value):
+    if value is not None and not isinstance(value, bool):
+        raise NodeStateInputError(check, field_name, value, 'must be true or false')
+    return value
+
+
+def _parse_unit(check, index, raw):
+    where = 'units[%d]' % index
+    name = raw.get('name')
+    if not isinstance(name, str) or not UNIT_NAME_RE.match(name):
+        raise NodeStateInputError(check, where + '.name', name,
+                                  'must be a full unit name like gpustack.service (suffix %s)'
+                                  % ', '.join(UNIT_SUFFIXES))
+    return UnitSpec(name=name, enabled=_optional_bool(check, where + '.enabled', raw.get('enabled')),
+                    active=_optional_bool(check, where + '.active', raw.get('active')))
+
+
+def _parse_http(check, index, raw):
+    where = 'http[%d]' % index
+    url = raw.get('url')
+    if not isinstance(url, str) or not url.lower().startswith(('http://', 'https://')):
+        raise NodeStateInputError(check, where + '.url', url, 'must be an http:// or https:// URL')
+    status = _given(raw, 'status', 200)
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise NodeStateInputError(check, where + '.status', status, 'must be an HTTP status code')
+    timeout = _given(raw, 'timeout', 5.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise NodeStateInputError(check, where + '.timeout', timeout, 'must be a positive number of seconds')
+    return HttpSpec(url=url, status=status, timeout=float(timeout))
+
+
+def _parse_python_package(check, index, raw):
+    where = 'python_packages[%d]' % index
+    python = raw.get('python')
+    if not isinstance(python, str) or not os.path.isabs(python):
+        raise NodeStateInputError(check, where + '.python', python, 'must be an absolute interpreter path')
+    return PythonPackageSpec(python=python,
+                             name=_require_str(check, where + '.name', raw.get('name')),
+                             version=(None if raw.get('version') is None
+                                      else _require_str(check, where + '.version', raw.get('version'))))
+
+
+def parse_checks(raw_checks):
+    """The module's ``checks`` option -> CheckSpec list. Raises NodeStateInputError on the
+    first check that cannot be compared as given (before anything on the node is read)."""
+    if not isinstance(raw_checks, (list, tuple)):
+        raise NodeStateInputError('-', 'checks', raw_checks, 'must be a list of dicts')
+    checks = []
+    seen = set()
+    for index, raw in enumerate(raw_checks):
+        if not isinstance(raw, dict):
+            raise NodeStateInputError('#%d' % index, 'checks[%d]' % index, raw, 'must be a dict')
+        name = raw.get('name')
+        if not isinstance(name, str) or not name:
+            raise NodeStateInputError('#%d' % index, 'name', name, 'must be a non-empty string')
+        if name in seen:
+            raise NodeStateInputError(name, 'name', name, 'duplicate check name')
+        seen.add(name)
+        checks.append(CheckSpec(
+            name=name,
+            files=tuple(_parse_file(name, i, f) for i, f in enumerate(_dict_list(name, 'files', _given(raw, 'files', [])))),
+            users=_string_list(name, 'users', _given(raw, 'users', [])),
+            groups=_string_list(name, 'groups', _given(raw, 'groups', [])),
+            units=tuple(_parse_unit(name, i, u) for i, u in enumerate(_dict_list(name, 'units', _given(raw, 'units', [])))),
+            http=tuple(_parse_http(name, i, h) for i, h in enumerate(_dict_list(name, 'http', _given(raw, 'http', [])))),
+            python_packages=tuple(_parse_python_package(name, i, p) for i, p in enumerate(
+                _dict_list(name, 'python_packages', _given(raw, 'python_packages', [])))),
+        ))
+    return checks
+
+
+# -- files, users, groups ------------------------------------------------------------------
+
+def sha1_of_file(path):
+    """Hex sha1 of a file's content, read in chunks."""
+    digest = hashlib.sha1()
+    with open(path, 'rb') as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b''):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _error_text(exc):
+    return exc.strerror or str(exc)
+
+
+def _file_kind(st_mode):
+    if stat.S_ISREG(st_mode):
+        return 'a file'
+    if stat.S_ISDIR(st_mode):
+        return 'a directory'
+    if stat.S_ISLNK(st_mode):
+        return 'a symlink'
+    if stat.S_ISSOCK(st_mode):
+        return 'a socket'
+    if stat.S_ISFIFO(st_mode):
+        return 'a fifo'
+    if stat.S_ISBLK(st_mode) or stat.S_ISCHR(st_mode):
+        return 'a device'
+    return 'something else'
+
+
+def user_name(uid):
+    """Name of a uid, or the number as text when the uid has no passwd entry."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid):
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def observe_file(path, want_sha1=False):
+    """What the node has at ``path``, as JSON-able data: ``kind`` ('missing', 'a file', 'a
+    directory', ...), or ``error`` when it cannot be read; for files and directories the mode,
+    owner and group, and for a file the sha1 of its content when ``want_sha1``."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        # ENOTDIR: a parent is not a directory, so the path does not exist either.
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return {'kind': 'missing'}
+        return {'error': _error_text(exc)}
+    kind = _file_kind(st.st_mode)
+    seen = {'kind': kind, 'mode': stat.S_IMODE(st.st_mode),
+            'owner': user_name(st.st_uid), 'group': group_name(st.st_gid)}
+    if want_sha1 and kind == 'a file':
+        try:
+            seen['sha1'] = sha1_of_file(path)
+        except OSError as exc:
+            seen['sha1_error'] = _error_text(exc)
+    return seen
+
+
+def compare_file(spec, seen):
+    """Drift lines for one FileSpec against what observe_file saw (None: not observed)."""
+    path = spec.path
+    if seen is None:
+        return ['%s: not observed' % path]
+    if seen.get('error'):
+        return ['%s: cannot be read (%s)' % (path, seen['error'])]
+    kind = seen.get('kind')
+    if kind == 'missing':
+        return [] if spec.state == 'absent' else ['%s: missing' % path]
+    if spec.state == 'absent':
+        return ['%s: exists (%s), wanted absent' % (path, kind)]
+    wanted_kind = 'a file' if spec.state == 'file' else 'a directory'
+    if kind != wanted_kind:
+        return ['%s: is %s, wanted %s' % (path, kind, wanted_kind)]
+
+    drift = []
+    if spec.sha1 is not None:
+        if seen.get('sha1_error'):
+            drift.append('%s: content cannot be read (%s)' % (path, seen['sha1_error']))
+        elif seen.get('sha1') is None:
+            drift.append('%s: content not observed' % path)
+        elif seen['sha1'] != spec.sha1.lower():
+            drift.append('%s: content differs (sha1 %s wanted %s)' % (path, seen['sha1'], spec.sha1))
+    if spec.mode is not None and seen.get('mode') != spec.mode:
+        drift.append('%s: mode %s, wanted %s' % (path, format_mode(seen['mode']), format_mode(spec.mode)))
+    if spec.owner is not None and seen.get('owner') != spec.owner:
+        drift.append('%s: owner %s, wanted %s' % (path, seen.get('owner'), spec.owner))
+    if spec.group is not None and seen.get('group') != spec.group:
+        drift.append('%s: group %s, wanted %s' % (path, seen.get('group'), spec.group))
+    return drift
+
+
+def file_drift(spec):
+    """Drift lines for one FileSpec (empty when the path matches)."""
+    return compare_file(spec, observe_file(spec.path, want_sha1=spec.sha1 is not None))
+
+
+def user_exists(name):
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def group_exists(name):
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def user_drift(name, exists=None):
+    exists = user_exists(name) if exists is None else exists
+    return [] if exists else ['user %s: missing' % name]
+
+
+def group_drift(name, exists=None):
+    exists = group_exists(name) if exists is None else exists
+    return [] if exists else ['group %s: missing' % name]
+
+
+# -- systemd units -------------------------------------------------------------------------
+
+def systemctl_show_command(systemctl, unit_names):
+    return [systemctl, 'show', '--property=' + ','.join(UNIT_PROPERTIES), '--'] + list(unit_names)
+
+
+def parse_systemctl_show(text):
+    """`systemctl show` output -> one {property: value} dict per blank-line separated block,
+    in the order printed (the order of the unit arguments)."""
+    blocks = []
+    current = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition('=')
+        if sep:
+            current[key] = value
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def unit_states_from_show(unit_names, text):
+    """Pair the blocks of `systemctl show` output with the unit names asked for, in order.
+    A count that does not match (nothing can be paired safely) makes every unit unreadable."""
+    blocks = parse_systemctl_show(text)
+    if len(blocks) != len(unit_names) or not all('LoadState' in b for b in blocks):
+        reason = 'systemctl show printed %d unit block(s) for %d unit(s)' % (len(blocks), len(unit_names))
+        return dict((name, UnitState(name=name, error=reason)) for name in unit_names)
+    return dict((name, UnitState(name=name, properties=block)) for name, block in zip(unit_names, blocks))
+
+
+def find_systemctl():
+    return shutil.which('systemctl', path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
+
+
+def read_unit_states(unit_names, systemctl=None):
+    """Every unit's state through ONE `systemctl show` call. systemctl missing or failing is
+    not an error of the module: every unit gets the reason as its ``error``."""
+    unit_names = list(unit_names)
+    if not unit_names:
+        return {}
+    systemctl = systemctl or find_systemctl()
+    reason = None
+    if not systemctl:
+        reason = 'systemctl not found'
+    else:
+        try:
+            proc = subprocess.run(systemctl_show_command(systemctl, unit_names), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                  timeout=SYSTEMCTL_TIMEOUT_SECONDS, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = 'systemctl show could not run (%s)' % exc
+        else:
+            if proc.returncode != 0:
+                detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+                reason = 'systemctl show failed (rc %d%s)' % (proc.returncode, ': ' + detail[0] if detail else '')
+            else:
+                return unit_states_from_show(unit_names, proc.stdout)
+    return dict((name, UnitState(name=name, error=reason)) for name in unit_names)
+
+
+def _shown(value):
+    return value if value else 'empty'
+
+
+def unit_drift(spec, state):
+    """Drift lines for one UnitSpec given its UnitState."""
+    name = spec.name
+    if state.error:
+        return ['%s: state unknown (%s)' % (name, state.error)]
+    drift = []
+    if state.get('NeedDaemonReload') == 'yes':
+        drift.append('%s: unit file changed on disk, needs daemon-reload' % name)
+    load_state = state.get('LoadState')
+    if (spec.enabled or spec.active) and load_state != 'loaded':
+        drift.append('%s: LoadState %s, wanted loaded' % (name, _shown(load_state)))
+    unit_file_state = state.get('UnitFileState')
+    if spec.enabled is True and unit_file_state != 'enabled':
+        drift.append('%s: not enabled (UnitFileState %s)' % (name, _shown(unit_file_state)))
+    elif spec.enabled is False and unit_file_state in ENABLED_UNIT_FILE_STATES:
+        drift.append('%s: enabled (UnitFileState %s), wanted not enabled' % (name, unit_file_state))
+    active_state = state.get('ActiveState')
+    described = '%s (%s)' % (_shown(active_state), _shown(state.get('SubState')))
+    if spec.active is True and active_state != 'active':
+        drift.append('%s: ActiveState %s, wanted active' % (name, described))
+    elif spec.active is False and active_state in RUNNING_ACTIVE_STATES:
+        drift.append('%s: ActiveState %s, wanted not active' % (name, described))
+    return drift
+
+
+# -- http ----------------------------------------------------------------------------------
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer to compare, not a place to go."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def http_status(url, timeout):
+    """(status, None) for any HTTP answer, redirects and errors included; (None, reason) when
+    no answer came (refused, timeout, TLS failure). Direct connection, no proxies."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    try:
+        response = opener.open(urllib.request.Request(url, method='GET'), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code, None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, socket.timeout):
+            return None, 'timed out after %gs' % timeout
+        return None, getattr(reason, 'strerror', None) or str(reason)
+    except socket.timeout:
+        return None, 'timed out after %gs' % timeout
+    except Exception as exc:  # e.g. a connection reset mid-answer: still no status to compare
+        return None, '%s: %s' % (type(exc).__name__, exc)
+    with response:
+        return response.getcode(), None
+
+
+def http_drift(spec, answer=None):
+    """Drift lines for one HttpSpec; ``answer`` is an observed (status, reason) pair."""
+    status, reason = http_status(spec.url, spec.timeout) if answer is None else answer
+    if status is None:
+        return ['%s: no answer (%s), wanted status %d' % (spec.url, reason, spec.status)]
+    if status != spec.status:
+        return ['%s: status %d, wanted %d' % (spec.url, status, spec.status)]
+    return []
+
+
+# -- python packages -----------------------------------------------------------------------
+
+def installed_versions(python, names):
+    """({name: version or None}, None) as `python` sees its packages, or (None, reason) when
+    the interpreter is missing or does not answer. One subprocess for all names."""
+    if not os.path.exists(python):
+        return None, 'interpreter missing'
+    try:
+        # -I: the interpreter's own packages only, not PYTHONPATH or the user's site dir.
+        proc = subprocess.run([python, '-I', '-c', PACKAGE_VERSIONS_SCRIPT] + list(names),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=PYTHON_TIMEOUT_SECONDS, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, 'interpreter did not run (%s)' % exc
+    if proc.returncode != 0:
+        detail = proc.stderr.strip().splitlines()
+        return None, 'interpreter failed (rc %d%s)' % (proc.returncode, ': ' + detail[-1] if detail else '')
+    try:
+        found = json.loads(proc.stdout)
+    except ValueError:
+        return None, 'interpreter printed no version list'
+    if not isinstance(found, dict):
+        return None, 'interpreter printed no version list'
+    return found, None
+
+
+def package_drift(spec, found, reason):
+    """Drift lines for one PythonPackageSpec given its interpreter's {name: version} (or the
+    reason it gave none)."""
+    what = '%s %s in %s' % (spec.name, spec.version or '(any version)', spec.python)
+    if found is None:
+        return ['%s: %s' % (what, reason)]
+    if found.get(spec.name) is None:
+        return ['%s: not installed' % what]
+    if spec.version is not None and found[spec.name] != spec.version:
+        return ['%s: installed %s' % (what, found[spec.name])]
+    return []
+
+
+def observe_python_packages(specs):
+    """{python: {'versions': {name: version or None}} or {'error': reason}}, one interpreter
+    run per distinct interpreter."""
+    by_python = {}
+    for spec in specs:
+        by_python.setdefault(spec.python, []).append(spec.name)
+    seen = {}
+    for python, names in by_python.items():
+        found, reason = installed_versions(python, list(dict.fromkeys(names)))
+        seen[python] = {'versions': found} if found is not None else {'error': reason}
+    return seen
+
+
+def python_package_drift(specs):
+    """Drift lines for PythonPackageSpecs, one interpreter run per distinct interpreter."""
+    seen = observe_python_packages(specs)
+    return dict((spec, package_drift(spec, seen[spec.python].get('versions'), seen[spec.python].get('error')))
+                for spec in specs)
+
+
+# -- all checks ----------------------------------------------------------------------------
+
+def observe(checks, systemctl=None):
+    """Everything the checks name, read from this node as JSON-able data (no comparison, no
+    file contents): what crosses the wire when the comparison runs on the controller
+    (gpu_facts' ``observe``). systemctl is read once for all units, each interpreter once."""
+    files = {}
+    for check in checks:
+        for spec in check.files:
+            want_sha1 = spec.sha1 is not None
+            if spec.path not in files or (want_sha1 and 'sha1' not in files[spec.path]):
+                files[spec.path] = observe_file(spec.path, want_sha1=want_sha1)
+    unit_names = list(dict.fromkeys(unit.name for check in checks for unit in check.units))
+    units = dict((name, {'properties': dict(state.properties), 'error': state.error})
+                 for name, state in read_unit_states(unit_names, systemctl=systemctl).items())
+    http = {}
+    for check in checks:
+        for spec in check.http:
+            if spec.url not in http:
+                status, reason = http_status(spec.url, spec.timeout)
+                http[spec.url] = {'status': status, 'error': reason}
+    return dict(
+        files=files,
+        users=dict((name, user_exists(name)) for check in checks for name in check.users),
+        groups=dict((name, group_exists(name)) for check in checks for name in check.groups),
+        units=units,
+        http=http,
+        python_packages=observe_python_packages([spec for check in checks for spec in check.python_packages]),
+    )
+
+
+def compare(checks, observation):
+    """Compare every CheckSpec with an observation of the node (observe()'s data, possibly
+    after a JSON round trip). Anything a check names that was not observed is drift.
+    Returns CheckResults in check order."""
+    files = observation.get('files') or {}
+    users = observation.get('users') or {}
+    groups = observation.get('groups') or {}
+    units = observation.get('units') or {}
+    http = observation.get('http') or {}
+    packages = observation.get('python_packages') or {}
+    not_observed = {'error': 'not observed'}
+
+    results = []
+    for check in checks:
+        result = CheckResult(name=check.name)
+        for spec in check.files:
+            result.drift.extend(compare_file(spec, files.get(spec.path)))
+        for name in check.users:
+            result.drift.extend(user_drift(name, exists=bool(users.get(name))))
+        for name in check.groups:
+            result.drift.extend(group_drift(name, exists=bool(groups.get(name))))
+        for spec in check.units:
+            seen = units.get(spec.name, not_observed)
+            result.drift.extend(unit_drift(spec, UnitState(name=spec.name, properties=seen.get('properties') or {},
+                                                           error=seen.get('error'))))
+        for spec in check.http:
+            seen = http.get(spec.url, {'status': None, 'error': 'not observed'})
+            result.drift.extend(http_drift(spec, answer=(seen.get('status'), seen.get('error'))))
+        for spec in check.python_packages:
+            seen = packages.get(spec.python, not_observed)
+            result.drift.extend(package_drift(spec, seen.get('versions'), seen.get('error')))
+        results.append(result)
+    return results
+
+
+def evaluate(checks, systemctl=None):
+    """Compare every CheckSpec with this node: observe, then compare. Returns CheckResults
+    in check order."""
+    return compare(checks, observe(checks, systemctl=systemctl))
+
+
+def summarize(results):
+    """CheckResults -> the module's return values: in_sync, checks, drift."""
+    return dict(
+        in_sync=all(r.in_sync for r in results),
+        checks=dict((r.name, dict(in_sync=r.in_sync, drift=list(r.drift))) for r in results),
+        drift=['%s: %s' % (r.name, line) for r in results for line in r.drift],
+    )

@@ -1,0 +1,512 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_state: input checks and each comparison against real objects - files, directories and
+symlinks in tmp_path, the current user's names, `systemctl show` text, a loopback HTTP server,
+and this interpreter's installed packages."""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import http.server
+import os
+import pwd
+import socket
+import sys
+import threading
+
+import pytest
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+    CheckSpec,
+    FileSpec,
+    HttpSpec,
+    NodeStateInputError,
+    PythonPackageSpec,
+    UnitSpec,
+    UnitState,
+    evaluate,
+    file_drift,
+    group_drift,
+    http_drift,
+    parse_checks,
+    parse_systemctl_show,
+    python_package_drift,
+    read_unit_states,
+    sha1_of_file,
+    summarize,
+    unit_drift,
+    unit_states_from_show,
+    user_drift,
+)
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+MY_GROUP = grp.getgrgid(os.getgid()).gr_name
+AS_ROOT = os.getuid() == 0
+PYTEST_VERSION = pytest.__version__
+
+# `systemctl show --property=Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload --
+#  gpustack.service sshd.service nope.service kvpin-watchdog.service masked.service` as systemd 252
+# (Debian 12) prints it: one block per argument, in argument order; an alias (sshd.service) is
+# shown under its real Id; a unit that does not exist is not-found with an empty UnitFileState.
+SYSTEMCTL_SHOW = """\
+Id=gpustack.service
+LoadState=loaded
+ActiveState=inactive
+SubState=dead
+UnitFileState=disabled
+NeedDaemonReload=no
+
+Id=ssh.service
+LoadState=loaded
+ActiveState=active
+SubState=running
+UnitFileState=enabled
+NeedDaemonReload=no
+
+Id=nope.service
+LoadState=not-found
+ActiveState=inactive
+SubState=dead
+UnitFileState=
+NeedDaemonReload=no
+
+Id=kvpin-watchdog.service
+LoadState=loaded
+ActiveState=active
+SubState=running
+UnitFileState=enabled
+NeedDaemonReload=yes
+
+Id=masked.service
+LoadState=masked
+ActiveState=active
+SubState=running
+UnitFileState=masked
+NeedDaemonReload=no
+"""
+SHOWN_UNITS = ['gpustack.service', 'sshd.service', 'nope.service', 'kvpin-watchdog.service', 'masked.service']
+
+
+def sha1(data):
+    return hashlib.sha1(data).hexdigest()
+
+
+# -- input ---------------------------------------------------------------------------------
+
+def test_defaults_fill_a_minimal_check():
+    [check] = parse_checks([{'name': 'worker', 'files': [{'path': '/etc/x'}]}])
+    assert check == CheckSpec(name='worker', files=(FileSpec(path='/etc/x'),))
+
+
+def test_ansible_style_none_for_unset_suboptions():
+    raw = {'name': 'worker', 'files': [{'path': '/etc/x', 'state': None, 'sha1': None, 'mode': None,
+                                        'owner': None, 'group': None}],
+           'users': None, 'groups': None, 'units': [{'name': 'a.service', 'enabled': None, 'active': True}],
+           'http': [{'url': 'http://127.0.0.1/', 'status': None, 'timeout': None}], 'python_packages': None}
+    [check] = parse_checks([raw])
+    assert check.files == (FileSpec(path='/etc/x'),)
+    assert check.units == (UnitSpec(name='a.service', active=True),)
+    assert check.http == (HttpSpec(url='http://127.0.0.1/', status=200, timeout=5.0),)
+
+
+@pytest.mark.parametrize('mode, value', [('0600', 0o600), ('644', 0o644), ('1777', 0o1777), (0o600, 0o600)])
+def test_modes(mode, value):
+    [check] = parse_checks([{'name': 'c', 'files': [{'path': '/x', 'mode': mode}]}])
+    assert check.files[0].mode == value
+
+
+def test_sha1_is_compared_lower_case_and_trailing_slash_dropped():
+    [check] = parse_checks([{'name': 'c', 'files': [{'path': '/etc/x/', 'sha1': 'AB' * 20}]}])
+    assert check.files[0] == FileSpec(path='/etc/x', sha1='ab' * 20)
+
+
+@pytest.mark.parametrize('files, field_name, value', [
+    ([{'path': 'etc/x'}], 'files[0].path', 'etc/x'),
+    ([{'path': '/ok'}, {'path': '/x', 'mode': '644x'}], 'files[1].mode', '644x'),
+    ([{'path': '/x', 'mode': '0800'}], 'files[0].mode', '0800'),
+    ([{'path': '/x', 'mode': 'u=rw'}], 'files[0].mode', 'u=rw'),
+    ([{'path': '/x', 'mode': 0o17777}], 'files[0].mode', 0o17777),
+    ([{'path': '/x', 'state': 'link'}], 'files[0].state', 'link'),
+    ([{'path': '/x', 'sha1': 'abc'}], 'files[0].sha1', 'abc'),
+    ([{'path': '/x', 'state': 'directory', 'sha1': 'a' * 40}], 'files[0].sha1', 'a' * 40),
+])
+def test_file_input_errors_name_check_field_and_value(files, field_name, value):
+    with pytest.raises(NodeStateInputError) as raised:
+        parse_checks([{'name': 'ok', 'files': []}, {'name': 'worker', 'files': files}])
+    assert (raised.value.check, raised.value.field, raised.value.value) == ('worker', field_name, value)
+    assert str(raised.value).startswith('check worker: %s %r: ' % (field_name, value))
+
+
+@pytest.mark.parametrize('raw, field_name', [
+    ({'units': [{'name': 'gpustack'}]}, 'units[0].name'),
+    ({'units': [{'name': '--all.service'}]}, 'units[0].name'),
+    ({'http': [{'url': 'file:///etc/shadow'}]}, 'http[0].url'),
+    ({'http': [{'url': 'http://x/', 'status': 42}]}, 'http[0].status'),
+    ({'python_packages': [{'python': 'python3', 'name': 'a', 'version': '1'}]}, 'python_packages[0].python'),
+])
+def test_other_input_errors(raw, field_name):
+    with pytest.raises(NodeStateInputError) as raised:
+        parse_checks([dict(raw, name='worker')])
+    assert raised.value.check == 'worker' and raised.value.field == field_name
+
+
+def test_duplicate_check_names_fail_naming_the_name():
+    with pytest.raises(NodeStateInputError, match='check worker: name .*duplicate'):
+        parse_checks([{'name': 'worker'}, {'name': 'watchdog'}, {'name': 'worker'}])
+
+
+# -- files ---------------------------------------------------------------------------------
+
+def test_matching_file_is_in_sync(tmp_path):
+    path = tmp_path / 'config.yaml'
+    path.write_bytes(b'token: s3cret\n')
+    path.chmod(0o600)
+    assert file_drift(FileSpec(path=str(path), sha1=sha1(b'token: s3cret\n'), mode=0o600,
+                               owner=ME, group=MY_GROUP)) == []
+
+
+def test_every_difference_of_a_file_is_a_line(tmp_path):
+    path = tmp_path / 'config.yaml'
+    path.write_bytes(b'token: s3cret\n')
+    path.chmod(0o644)
+    wanted = sha1(b'token: other\n')
+    drift = file_drift(FileSpec(path=str(path), sha1=wanted, mode=0o600,
+                                owner='kvpin-no-such-user', group='kvpin-no-such-group'))
+    assert drift == [
+        '%s: content differs (sha1 %s wanted %s)' % (path, sha1(b'token: s3cret\n'), wanted),
+        '%s: mode 0644, wanted 0600' % path,
+        '%s: owner %s, wanted kvpin-no-such-user' % (path, ME),
+        '%s: group %s, wanted kvpin-no-such-group' % (path, MY_GROUP),
+    ]
+    assert 's3cret' not in ''.join(drift)
+
+
+def test_special_bits_count_in_the_mode(tmp_path):
+    path = tmp_path / 'shared'
+    path.mkdir()
+    path.chmod(0o1777)
+    assert file_drift(FileSpec(path=str(path), state='directory', mode=0o777)) == [
+        '%s: mode 1777, wanted 0777' % path]
+
+
+@pytest.mark.skipif(not AS_ROOT, reason='chown to another uid needs root')
+def test_owner_without_a_name_shows_the_uid(tmp_path):
+    path = tmp_path / 'x'
+    path.write_bytes(b'')
+    os.chown(str(path), 54321, 54321)
+    assert file_drift(FileSpec(path=str(path), owner=ME, group=MY_GROUP)) == [
+        '%s: owner 54321, wanted %s' % (path, ME), '%s: group 54321, wanted %s' % (path, MY_GROUP)]
+
+
+def test_sha1_streams_a_large_file(tmp_path):
+    data = os.urandom(300 * 1024 + 7)
+    path = tmp_path / 'program'
+    path.write_bytes(data)
+    assert sha1_of_file(str(path)) == sha1(data)
+    assert file_drift(FileSpec(path=str(path), sha1=sha1(data))) == []
+
+
+def test_missing_file_and_missing_parent(tmp_path):
+    (tmp_path / 'a-file').write_bytes(b'')
+    assert file_drift(FileSpec(path=str(tmp_path / 'nope'))) == ['%s/nope: missing' % tmp_path]
+    # A parent that is a file (ENOTDIR): the path does not exist either.
+    under_file = str(tmp_path / 'a-file' / 'x')
+    assert file_drift(FileSpec(path=under_file, state='directory')) == ['%s: missing' % under_file]
+    assert file_drift(FileSpec(path=under_file, state='absent')) == []
+
+
+def test_wrong_type(tmp_path):
+    (tmp_path / 'dir').mkdir()
+    (tmp_path / 'file').write_bytes(b'x')
+    assert file_drift(FileSpec(path=str(tmp_path / 'dir'))) == ['%s/dir: is a directory, wanted a file' % tmp_path]
+    assert file_drift(FileSpec(path=str(tmp_path / 'file'), state='directory')) == [
+        '%s/file: is a file, wanted a directory' % tmp_path]
+
+
+def test_symlink_is_drift_even_to_the_right_content(tmp_path):
+    target = tmp_path / 'target'
+    target.write_bytes(b'x')
+    (tmp_path / 'link').symlink_to(target)
+    (tmp_path / 'dirlink').symlink_to(tmp_path)
+    assert file_drift(FileSpec(path=str(tmp_path / 'link'), sha1=sha1(b'x'))) == [
+        '%s/link: is a symlink, wanted a file' % tmp_path]
+    assert file_drift(FileSpec(path=str(tmp_path / 'dirlink'), state='directory')) == [
+        '%s/dirlink: is a symlink, wanted a directory' % tmp_path]
+    # Given with a trailing slash, the path is still not followed.
+    [check] = parse_checks([{'name': 'c', 'files': [{'path': '%s/dirlink/' % tmp_path, 'state': 'directory'}]}])
+    assert file_drift(check.files[0]) == ['%s/dirlink: is a symlink, wanted a directory' % tmp_path]
+
+
+def test_absent(tmp_path):
+    (tmp_path / 'old.conf').write_bytes(b'x')
+    (tmp_path / 'dangling').symlink_to(tmp_path / 'gone')
+    assert file_drift(FileSpec(path=str(tmp_path / 'nope'), state='absent')) == []
+    assert file_drift(FileSpec(path=str(tmp_path / 'old.conf'), state='absent')) == [
+        '%s/old.conf: exists (a file), wanted absent' % tmp_path]
+    assert file_drift(FileSpec(path=str(tmp_path / 'dangling'), state='absent')) == [
+        '%s/dangling: exists (a symlink), wanted absent' % tmp_path]
+
+
+@pytest.mark.skipif(AS_ROOT, reason='root reads everything')
+def test_unreadable_is_drift_not_in_sync(tmp_path):
+    path = tmp_path / 'secret'
+    path.write_bytes(b'x')
+    path.chmod(0)
+    assert file_drift(FileSpec(path=str(path), sha1=sha1(b'x'))) == [
+        '%s: content cannot be read (Permission denied)' % path]
+    (tmp_path / 'closed').mkdir(mode=0)
+    inside = str(tmp_path / 'closed' / 'x')
+    assert file_drift(FileSpec(path=inside, state='absent')) == ['%s: cannot be read (Permission denied)' % inside]
+
+
+def test_users_and_groups():
+    assert user_drift(ME) == [] and group_drift(MY_GROUP) == []
+    assert user_drift('kvpin-no-such-user') == ['user kvpin-no-such-user: missing']
+    assert group_drift('kvpin-no-such-group') == ['group kvpin-no-such-group: missing']
+
+
+# -- systemd units -------------------------------------------------------------------------
+
+def test_systemctl_show_blocks_in_argument_order():
+    blocks = parse_systemctl_show(SYSTEMCTL_SHOW)
+    assert [b['Id'] for b in blocks] == ['gpustack.service', 'ssh.service', 'nope.service',
+                                         'kvpin-watchdog.service', 'masked.service']
+    assert blocks[2] == {'Id': 'nope.service', 'LoadState': 'not-found', 'ActiveState': 'inactive',
+                         'SubState': 'dead', 'UnitFileState': '', 'NeedDaemonReload': 'no'}
+
+
+def test_blocks_pair_with_the_names_asked_for_not_the_ids():
+    states = unit_states_from_show(SHOWN_UNITS, SYSTEMCTL_SHOW)
+    assert states['sshd.service'].get('Id') == 'ssh.service'
+    assert unit_drift(UnitSpec('sshd.service', enabled=True, active=True), states['sshd.service']) == []
+
+
+def test_block_count_mismatch_makes_every_unit_unknown():
+    states = unit_states_from_show(SHOWN_UNITS + ['extra.service'], SYSTEMCTL_SHOW)
+    drift = unit_drift(UnitSpec('sshd.service', active=True), states['sshd.service'])
+    assert drift == ['sshd.service: state unknown (systemctl show printed 5 unit block(s) for 6 unit(s))']
+
+
+@pytest.mark.parametrize('spec, drift', [
+    (UnitSpec('gpustack.service', enabled=True, active=True), [
+        'gpustack.service: not enabled (UnitFileState disabled)',
+        'gpustack.service: ActiveState inactive (dead), wanted active']),
+    (UnitSpec('gpustack.service', enabled=False, active=False), []),
+    (UnitSpec('gpustack.service'), []),
+    (UnitSpec('nope.service', active=True), [
+        'nope.service: LoadState not-found, wanted loaded',
+        'nope.service: ActiveState inactive (dead), wanted active']),
+    (UnitSpec('nope.service', enabled=True), [
+        'nope.service: LoadState not-found, wanted loaded',
+        'nope.service: not enabled (UnitFileState empty)']),
+    (UnitSpec('nope.service', enabled=False, active=False), []),
+    # NeedDaemonReload is drift whatever else is wanted.
+    (UnitSpec('kvpin-watchdog.service'), ['kvpin-watchdog.service: unit file changed on disk, needs daemon-reload']),
+    (UnitSpec('kvpin-watchdog.service', enabled=False, active=False), [
+        'kvpin-watchdog.service: unit file changed on disk, needs daemon-reload',
+        'kvpin-watchdog.service: enabled (UnitFileState enabled), wanted not enabled',
+        'kvpin-watchdog.service: ActiveState active (running), wanted not active']),
+    # Masked but still running: wanted stopped is drift.
+    (UnitSpec('masked.service', active=False), ['masked.service: ActiveState active (running), wanted not active']),
+])
+def test_unit_drift(spec, drift):
+    states = unit_states_from_show(SHOWN_UNITS, SYSTEMCTL_SHOW)
+    assert unit_drift(spec, states[spec.name]) == drift
+
+
+def test_missing_systemctl_makes_every_unit_drift(tmp_path):
+    states = read_unit_states(['a.service', 'b.service'], systemctl=str(tmp_path / 'systemctl'))
+    assert set(states) == {'a.service', 'b.service'}
+    assert all(s.error.startswith('systemctl show could not run') for s in states.values())
+    assert unit_drift(UnitSpec('a.service', enabled=False), states['a.service'])[0].startswith(
+        'a.service: state unknown (systemctl show could not run')
+
+
+def test_failing_systemctl_makes_every_unit_drift(tmp_path):
+    # What systemctl answers in a container or chroot without systemd as PID 1.
+    systemctl = tmp_path / 'systemctl'
+    systemctl.write_text('#!/bin/sh\necho "System has not been booted with systemd as init system (PID 1). '
+                         'Can\'t operate." >&2\nexit 1\n')
+    systemctl.chmod(0o755)
+    states = read_unit_states(['a.service'], systemctl=str(systemctl))
+    assert unit_drift(UnitSpec('a.service', active=False), states['a.service']) == [
+        'a.service: state unknown (systemctl show failed (rc 1: System has not been booted with systemd '
+        'as init system (PID 1). Can\'t operate.))']
+
+
+def test_one_systemctl_call_for_the_units_of_all_checks(tmp_path):
+    """A stand-in systemctl that logs its argv and prints the captured text."""
+    log = tmp_path / 'calls'
+    (tmp_path / 'show.txt').write_text(SYSTEMCTL_SHOW)
+    systemctl = tmp_path / 'systemctl'
+    systemctl.write_text('#!/bin/sh\necho "$@" >> %s\ncat %s\n' % (log, tmp_path / 'show.txt'))
+    systemctl.chmod(0o755)
+    checks = parse_checks([
+        {'name': 'worker', 'units': [{'name': 'gpustack.service', 'active': True}, {'name': 'sshd.service'}]},
+        {'name': 'other', 'units': [{'name': 'nope.service', 'active': False},
+                                    {'name': 'kvpin-watchdog.service', 'active': True},
+                                    {'name': 'masked.service'}]},
+        {'name': 'same-unit-again', 'units': [{'name': 'sshd.service', 'active': True}]},
+    ])
+    results = evaluate(checks, systemctl=str(systemctl))
+    assert log.read_text().splitlines() == [
+        'show --property=Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload -- ' + ' '.join(SHOWN_UNITS)]
+    assert summarize(results) == {
+        'in_sync': False,
+        'checks': {
+            'worker': {'in_sync': False, 'drift': ['gpustack.service: ActiveState inactive (dead), wanted active']},
+            'other': {'in_sync': False, 'drift': ['kvpin-watchdog.service: unit file changed on disk, needs daemon-reload']},
+            'same-unit-again': {'in_sync': True, 'drift': []},
+        },
+        'drift': ['worker: gpustack.service: ActiveState inactive (dead), wanted active',
+                  'other: kvpin-watchdog.service: unit file changed on disk, needs daemon-reload'],
+    }
+
+
+def test_no_units_no_systemctl(tmp_path):
+    assert read_unit_states([], systemctl=str(tmp_path / 'missing')) == {}
+    assert summarize(evaluate([CheckSpec(name='empty')], systemctl=str(tmp_path / 'missing'))) == {
+        'in_sync': True, 'checks': {'empty': {'in_sync': True, 'drift': []}}, 'drift': []}
+
+
+def test_unit_state_error_wins():
+    assert unit_drift(UnitSpec('a.service'), UnitState('a.service', error='boom')) == ['a.service: state unknown (boom)']
+
+
+# -- http ----------------------------------------------------------------------------------
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # pylint: disable=invalid-name
+        if self.path == '/moved':
+            self.send_response(302)
+            self.send_header('Location', '/healthz')
+            self.send_header('Content-Length', '0')
+            self.end_headers()
+            return
+        code = {'/healthz': 200, '/down': 503}.get(self.path, 404)
+        body = b'{"status": "ok"}'
+        self.send_response(code)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        pass
+
+
+@pytest.fixture(scope='module')
+def http_server():
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield 'http://127.0.0.1:%d' % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _unused_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def test_http_status(http_server):
+    assert http_drift(HttpSpec(url=http_server + '/healthz')) == []
+    assert http_drift(HttpSpec(url=http_server + '/down')) == ['%s/down: status 503, wanted 200' % http_server]
+    assert http_drift(HttpSpec(url=http_server + '/down', status=503)) == []
+
+
+def test_redirect_is_not_followed(http_server):
+    assert http_drift(HttpSpec(url=http_server + '/moved')) == ['%s/moved: status 302, wanted 200' % http_server]
+    assert http_drift(HttpSpec(url=http_server + '/moved', status=302)) == []
+
+
+def test_proxy_settings_are_ignored(http_server, monkeypatch):
+    port = _unused_port()
+    for name in ('http_proxy', 'HTTP_PROXY', 'all_proxy'):
+        monkeypatch.setenv(name, 'http://127.0.0.1:%d' % port)
+    monkeypatch.delenv('no_proxy', raising=False)
+    monkeypatch.delenv('NO_PROXY', raising=False)
+    assert http_drift(HttpSpec(url=http_server + '/healthz')) == []
+
+
+def test_refused_port_is_drift():
+    url = 'http://127.0.0.1:%d/healthz' % _unused_port()
+    assert http_drift(HttpSpec(url=url)) == ['%s: no answer (Connection refused), wanted status 200' % url]
+
+
+def test_silent_server_times_out():
+    with socket.socket() as listener:
+        listener.bind(('127.0.0.1', 0))
+        listener.listen(1)  # the kernel completes the connection; nothing ever answers
+        url = 'http://127.0.0.1:%d/healthz' % listener.getsockname()[1]
+        assert http_drift(HttpSpec(url=url, timeout=0.3)) == ['%s: no answer (timed out after 0.3s), wanted status 200' % url]
+
+
+# -- python packages -----------------------------------------------------------------------
+
+def test_python_packages_as_the_interpreter_sees_them(tmp_path):
+    good = PythonPackageSpec(python=sys.executable, name='pytest', version=PYTEST_VERSION)
+    wrong = PythonPackageSpec(python=sys.executable, name='pytest', version='0.0.1')
+    missing = PythonPackageSpec(python=sys.executable, name='kvpin-no-such-package', version='1.0')
+    no_python = PythonPackageSpec(python=str(tmp_path / 'venv' / 'bin' / 'python'), name='gpustack', version='0.7.1')
+    drift = python_package_drift([good, wrong, missing, no_python])
+    assert drift[good] == []
+    assert drift[wrong] == ['pytest 0.0.1 in %s: installed %s' % (sys.executable, PYTEST_VERSION)]
+    assert drift[missing] == ['kvpin-no-such-package 1.0 in %s: not installed' % sys.executable]
+    assert drift[no_python] == ['gpustack 0.7.1 in %s/venv/bin/python: interpreter missing' % tmp_path]
+
+
+def test_pythonpath_of_the_module_does_not_count(tmp_path, monkeypatch):
+    """A distribution only on PYTHONPATH is not what the interpreter itself has installed."""
+    dist_info = tmp_path / 'kvpin_shadow-9.9.dist-info'
+    dist_info.mkdir()
+    (dist_info / 'METADATA').write_text('Metadata-Version: 2.1\nName: kvpin-shadow\nVersion: 9.9\n')
+    monkeypatch.setenv('PYTHONPATH', str(tmp_path))
+    spec = PythonPackageSpec(python=sys.executable, name='kvpin-shadow', version='9.9')
+    assert python_package_drift([spec])[spec] == ['kvpin-shadow 9.9 in %s: not installed' % sys.executable]
+
+
+def test_interpreter_that_fails(tmp_path):
+    python = tmp_path / 'python'
+    python.write_text('#!/bin/sh\necho "cannot start" >&2\nexit 3\n')
+    python.chmod(0o755)
+    spec = PythonPackageSpec(python=str(python), name='gpustack', version='0.7.1')
+    assert python_package_drift([spec])[spec] == ['gpustack 0.7.1 in %s: interpreter failed (rc 3: cannot start)' % python]
+
+
+# -- everything together -------------------------------------------------------------------
+
+def test_evaluate_and_summarize(tmp_path, http_server):
+    config = tmp_path / 'config.yaml'
+    config.write_bytes(b'a: 1\n')
+    config.chmod(0o600)
+    checks = parse_checks([
+        {'name': 'gpustack_worker', 'files': [{'path': str(config), 'sha1': sha1(b'a: 1\n'), 'mode': '0600',
+                                               'owner': ME, 'group': MY_GROUP},
+                                              {'path': str(tmp_path), 'state': 'directory'}],
+         'users': [ME], 'groups': [MY_GROUP], 'http': [{'url': http_server + '/healthz'}],
+         'python_packages': [{'python': sys.executable, 'name': 'pytest', 'version': PYTEST_VERSION}]},
+        {'name': 'serving_watchdog', 'users': ['kvpin-watchdog-missing'],
+         'files': [{'path': str(tmp_path / 'watchdog.py'), 'mode': '0755'}]},
+    ])
+    assert summarize(evaluate(checks)) == {
+        'in_sync': False,
+        'checks': {
+            'gpustack_worker': {'in_sync': True, 'drift': []},
+            'serving_watchdog': {'in_sync': False,
+                                 'drift': ['%s/watchdog.py: missing' % tmp_path, 'user kvpin-watchdog-missing: missing']},
+        },
+        'drift': ['serving_watchdog: %s/watchdog.py: missing' % tmp_path,
+                  'serving_watchdog: user kvpin-watchdog-missing: missing'],
+    }
+
+
+def test_package_without_version_only_needs_to_be_installed():
+    present = PythonPackageSpec(python=sys.executable, name='pytest')
+    missing = PythonPackageSpec(python=sys.executable, name='kvpin-surely-not-installed')
+    drift = python_package_drift([present, missing])
+    assert drift[present] == []
+    assert drift[missing] == ['kvpin-surely-not-installed (any version) in %s: not installed' % sys.executable]
