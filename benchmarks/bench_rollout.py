@@ -5,6 +5,9 @@
 
   cold rollout   site.yml on four freshly started nodes (prereq, probe, plan, worker, watchdog)
   rerun          site.yml again: must report changed=0 on every node
+  one node off   site.yml after a hand edit on one node (its worker config made 0644): that node
+                 is converged (config mode restored, worker restarted, health checked), the
+                 other three stay at one round trip
   baseline       a play that only gathers facts on the same four nodes, same connection
 
 The rerun / baseline ratio is the figure (target <= 2x): what idempotence checking costs over
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_lab import INVENTORY, ROOT, VENV_BIN, env, lab, print_table, run  # noqa: E402
 
 PLAYBOOK = os.path.join(VENV_BIN, 'ansible-playbook')
+DRIFT_NODE = 'lab-mixed'
 
 
 def timed_playbook(*args):
@@ -55,6 +59,9 @@ def main():
         cold, cold_changed = timed_playbook(os.path.join(ROOT, 'site.yml'))
         rerun, rerun_changed = timed_playbook(os.path.join(ROOT, 'site.yml'))
         baseline, dummy = timed_playbook(baseline_play)
+        container = os.environ.get('KVPIN_LAB_PREFIX', '') + DRIFT_NODE
+        run(['podman', 'exec', container, 'chmod', '0644', '/var/lib/gpustack/config.yaml'])
+        drifted, drifted_changed = timed_playbook(os.path.join(ROOT, 'site.yml'))
     finally:
         if not was_up:
             run(lab('down'))
@@ -64,6 +71,8 @@ def main():
          ' '.join('%s=%d' % item for item in sorted(cold_changed.items()))),
         ('site.yml rerun (idempotent)', '%.1f' % rerun, '%.2f' % (rerun / baseline),
          ' '.join('%s=%d' % item for item in sorted(rerun_changed.items()))),
+        ('site.yml, %s edited by hand' % DRIFT_NODE, '%.1f' % drifted, '%.2f' % (drifted / baseline),
+         ' '.join('%s=%d' % item for item in sorted(drifted_changed.items()))),
     ]
     print_table('rollout on the 4-node lab (seconds; ratio against the facts-only play)',
                 ('run', 'seconds', 'x baseline', 'changed per node'), rows)

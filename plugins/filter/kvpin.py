@@ -42,6 +42,20 @@ def kvpin_node_drift(observed, checks):
         raise AnsibleFilterError('kvpin_node_drift: %s' % exc)
 
 
+# What Ansible itself prints for a no_log value.
+MASKED_VALUE = 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'
+
+
+def kvpin_mask_keys(items, keys):
+    """``items`` (dicts) with the set (non-null) values of ``keys`` replaced by Ansible's mask.
+    A loop result carries its item and -v prints it: loops over records holding a secret
+    iterate over the masked copy, so presence checks still see the key."""
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+        raise AnsibleFilterError('kvpin_mask_keys: expected a list of dicts, got %r' % (type(items).__name__,))
+    return [dict((key, MASKED_VALUE if key in keys and value is not None else value) for key, value in item.items())
+            for item in items]
+
+
 def kvpin_pip_pins(requirements):
     """[{name, version}] of exact pins / bare names, for kvpin.fleet.node_state."""
     try:
@@ -55,6 +69,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_system_reserved': kvpin_system_reserved,

@@ -6,6 +6,7 @@ local connection, files into tmp_path only) into a config the program accepts, a
 `systemd-analyze security --offline` exposure is <= 2.0, and a polkit rule for one unit."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -146,3 +147,53 @@ def test_polkit_rule_allows_only_restart_of_one_unit(rendered):
     assert 'action.lookup("verb") == "restart"' in rule
     assert 'subject.user == "kvpin-watchdog"' in rule
     assert 'action.id == "org.freedesktop.systemd1.manage-units"' in rule
+
+
+# The role's own validation and desired-state tasks, as site.yml and main.yml run them (no node
+# is touched: both only compute on the controller), at -vvv with a target that holds an API key.
+STATE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Validate
+      ansible.builtin.include_role:
+        name: {role}
+        tasks_from: validate.yml
+    - name: Desired state
+      ansible.builtin.include_role:
+        name: {role}
+        tasks_from: desired_state.yml
+    - name: Keep it
+      ansible.builtin.copy:
+        content: "{{{{ serving_watchdog_desired_state | to_json }}}}"
+        dest: "{out}/desired.json"
+        mode: "0600"
+"""
+
+
+def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, rendered):
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip("ansible-playbook not in .venv")
+    play = tmp_path / "play.yml"
+    play.write_text(STATE_PLAY.format(role=ROLE, out=tmp_path))
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps(EXTRA))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    proc = subprocess.run([PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local", "-e", "@%s" % extra, str(play)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verysecret" not in proc.stdout + proc.stderr
+    desired = json.loads((tmp_path / "desired.json").read_text())
+    files = {spec["path"]: spec for spec in desired["files"]}
+    token_file = files["/etc/kvpin-watchdog/vllm-llama.token"]
+    assert token_file["sha1"] == hashlib.sha1(b"gpustack_abc_verysecret\n").hexdigest()
+    assert (token_file["mode"], token_file["owner"]) == ("0600", "kvpin-watchdog")
+    # Only the systemd-actuated target gets a polkit rule; both get a config and a unit.
+    assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-gpustack.rules" in files
+    assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-vllm-llama.rules" not in files
+    assert [unit["name"] for unit in desired["units"]] == ["kvpin-watchdog-gpustack.service",
+                                                          "kvpin-watchdog-vllm-llama.service"]
+    # The config the role hashes (from the masked targets) is the config the template gives
+    # for the real target: it names the key file, never the key.
+    config_sha1 = files["/etc/kvpin-watchdog/vllm-llama.json"]["sha1"]
+    assert config_sha1 == hashlib.sha1((rendered / "vllm-llama-watchdog.json.j2").read_bytes()).hexdigest()

@@ -87,3 +87,16 @@ def test_node_drift_input_errors_name_the_filter_and_field():
         NODE_DRIFT({}, [{'name': 'worker', 'files': [{'path': 'etc/x'}]}])
     with pytest.raises(AnsibleFilterError, match='kvpin_node_drift: expected the kvpin_node_observed dict'):
         NODE_DRIFT(None, [])
+
+
+MASK_KEYS = FilterModule().filters()['kvpin_mask_keys']
+
+
+def test_mask_keys_masks_set_values_and_keeps_presence():
+    targets = [{'name': 'a', 'gpustack_api_key': 's3cret'}, {'name': 'b'}, {'name': 'c', 'gpustack_api_key': None}]
+    masked = MASK_KEYS(targets, ['gpustack_api_key'])
+    assert masked == [{'name': 'a', 'gpustack_api_key': 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'}, {'name': 'b'},
+                      {'name': 'c', 'gpustack_api_key': None}]
+    assert targets[0]['gpustack_api_key'] == 's3cret'  # a copy: the input is untouched
+    with pytest.raises(AnsibleFilterError, match='kvpin_mask_keys: expected a list of dicts'):
+        MASK_KEYS({'name': 'a'}, ['x'])
