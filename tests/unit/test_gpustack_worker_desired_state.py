@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Role gpustack_worker, tasks_from desired_state.yml: what the rerun check compares with a node,
+for each runtime (real ansible-playbook, local connection; nothing outside tmp_path is written).
+The lab converges only the native stand-in, so the container and pip-install variants are
+pinned here."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+TOKEN = 'gpustack-token-verysecret-1234'
+
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Desired state
+      ansible.builtin.include_role:
+        name: kvpin.fleet.gpustack_worker
+        tasks_from: desired_state.yml
+    - name: Keep it
+      ansible.builtin.copy:
+        content: "{{ gpustack_worker_desired_state | to_json }}"
+        dest: "{out}/desired.json"
+        mode: "0600"
+"""
+
+BASE = {
+    'gpustack_worker_server_url': 'http://127.0.0.1:30080',
+    'gpustack_worker_token': TOKEN,
+    'gpustack_worker_plans': [{'system_reserved_bytes': 3 * 2 ** 30 + 1}],
+}
+
+
+def desired_state(tmp_path, **extra_vars):
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip('ansible-playbook not in .venv')
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    play = tmp_path / 'play.yml'
+    play.write_text(PLAY.replace('{out}', str(tmp_path)))
+    extra = tmp_path / 'extra.json'
+    extra.write_text(json.dumps(dict(BASE, **extra_vars)))
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'))
+    proc = subprocess.run([PLAYBOOK, '-vvv', '-i', 'localhost,', '-c', 'local', '-e', '@%s' % extra, str(play)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The config holds the token: only its sha1 may leave the role.
+    assert TOKEN not in proc.stdout + proc.stderr
+    return json.loads((tmp_path / 'desired.json').read_text())
+
+
+def test_container_runtime(tmp_path):
+    desired = desired_state(tmp_path)
+    files = {spec['path']: spec for spec in desired['files']}
+    assert [p for p, spec in files.items() if spec.get('state') == 'directory'] == [
+        '/var/lib/gpustack', '/var/lib/gpustack/cache', '/var/lib/gpustack/log']
+    config = files['/var/lib/gpustack/config.yaml']
+    assert (config['mode'], config['owner']) == ('0600', 'root') and len(config['sha1']) == 40
+    assert files['/etc/systemd/system/gpustack-worker.service']['mode'] == '0644'
+    assert desired['units'] == [{'name': 'gpustack-worker.service', 'enabled': True, 'active': True},
+                                {'name': 'gpustack.service', 'enabled': False, 'active': False}]
+    assert desired['http'] == [{'url': 'http://127.0.0.1:10150/healthz', 'status': 200, 'timeout': 5}]
+    assert desired['python_packages'] == []
+
+
+def test_config_hash_follows_the_plans_and_the_token(tmp_path):
+    first = desired_state(tmp_path / 'a', gpustack_worker_runtime='native')
+    more_vram = desired_state(tmp_path / 'b', gpustack_worker_runtime='native',
+                              gpustack_worker_plans=[{'system_reserved_bytes': 5 * 2 ** 30}])
+    other_token = desired_state(tmp_path / 'c', gpustack_worker_runtime='native', gpustack_worker_token=TOKEN + 'x')
+
+    def config_sha1(desired):
+        return next(s['sha1'] for s in desired['files'] if s['path'].endswith('config.yaml'))
+    assert len({config_sha1(first), config_sha1(more_vram), config_sha1(other_token)}) == 3
+
+
+def test_native_pip_install_checks_the_pinned_packages(tmp_path):
+    desired = desired_state(tmp_path, gpustack_worker_runtime='native',
+                            gpustack_worker_native_extra_packages=['cachetools', 'uvloop==0.21.0'])
+    assert desired['python_packages'] == [
+        {'python': '/opt/gpustack/venv/bin/python', 'name': 'gpustack', 'version': '0.7.1'},
+        {'python': '/opt/gpustack/venv/bin/python', 'name': 'cachetools', 'version': None},
+        {'python': '/opt/gpustack/venv/bin/python', 'name': 'uvloop', 'version': '0.21.0'}]
+    assert desired['units'][0]['name'] == 'gpustack.service'
+    assert desired['units'][1] == {'name': 'gpustack-worker.service', 'enabled': False, 'active': False}
+
+
+def test_native_standin_checks_the_standin_bytes(tmp_path):
+    desired = desired_state(tmp_path, gpustack_worker_runtime='native', gpustack_worker_native_standin=True,
+                            gpustack_worker_native_executable='/usr/local/libexec/kvpin-worker-standin')
+    files = {spec['path']: spec for spec in desired['files']}
+    with open(os.path.join(ROOT, 'roles', 'gpustack_worker', 'files', 'kvpin-worker-standin.py'), 'rb') as handle:
+        standin_sha1 = hashlib.sha1(handle.read()).hexdigest()
+    assert files['/usr/local/libexec/kvpin-worker-standin'] == {
+        'path': '/usr/local/libexec/kvpin-worker-standin', 'sha1': standin_sha1, 'mode': '0755',
+        'owner': 'root', 'group': 'root'}
+    assert files['/usr/local/libexec']['state'] == 'directory'
+    assert desired['python_packages'] == []
+
+
+def test_a_range_in_the_extra_packages_is_refused_naming_it(tmp_path):
+    with pytest.raises(AssertionError, match="'uvloop>=0.21' is neither a bare name nor an exact pin"):
+        desired_state(tmp_path, gpustack_worker_runtime='native', gpustack_worker_native_extra_packages=['uvloop>=0.21'])
