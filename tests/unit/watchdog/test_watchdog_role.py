@@ -191,8 +191,8 @@ def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, re
     # Only the systemd-actuated target gets a polkit rule; both get a config and a unit.
     assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-gpustack.rules" in files
     assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-vllm-llama.rules" not in files
-    assert [unit["name"] for unit in desired["units"]] == ["kvpin-watchdog-gpustack.service",
-                                                          "kvpin-watchdog-vllm-llama.service"]
+    unit_names = [unit["name"] for unit in desired["units"]]
+    assert unit_names == ["kvpin-watchdog-gpustack.service", "kvpin-watchdog-vllm-llama.service"]
     # The config the role hashes (from the masked targets) is the config the template gives
     # for the real target: it names the key file, never the key.
     config_sha1 = files["/etc/kvpin-watchdog/vllm-llama.json"]["sha1"]
