@@ -94,6 +94,33 @@ def test_drift_is_found_and_converged_on_that_node_only(fleet):
     assert {node: counts['changed'] for node, counts in recap(again.stdout).items()} == {node: 0 for node in NODES}
 
 
+def test_a_node_without_pynvml_gets_it_and_check_mode_installs_nothing(fleet):
+    converged = playbook('site.yml')
+    assert converged.returncode == 0, converged.stdout + converged.stderr
+    node = 'lab-mixed'
+    removed = lab_fleet.node_exec(node, 'python3', '-m', 'pip', 'uninstall', '-y', '--break-system-packages',
+                                  'nvidia-ml-py')
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+
+    def has_pynvml():
+        return lab_fleet.node_exec(node, 'python3', '-c', 'import pynvml').returncode == 0
+    assert not has_pynvml()
+
+    # --check: that node stops cleanly with the reason, the other is compared as usual.
+    checked = playbook('site.yml', '--check', '--diff', '--limit', node + ',lab-4090x2')
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr
+    assert '%s: a real run installs nvidia-ml-py' % node in checked.stdout
+    assert 'lab-4090x2: in sync, nothing to change' in checked.stdout
+    assert not has_pynvml()
+
+    installed = playbook('site.yml', '--limit', node)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr
+    assert has_pynvml()
+    assert '%s: in sync, nothing to change' % node in installed.stdout
+    again = playbook('site.yml', '--limit', node)
+    assert recap(again.stdout)[node]['changed'] == 0
+
+
 def test_each_node_reports_its_fixture_to_the_byte(fleet):
     for node in NODES:
         fixture = load_fixture(node)
