@@ -426,13 +426,11 @@ def group_exists(name):
     return True
 
 
-def user_drift(name, exists=None):
-    exists = user_exists(name) if exists is None else exists
+def user_drift(name, exists):
     return [] if exists else ['user %s: missing' % name]
 
 
-def group_drift(name, exists=None):
-    exists = group_exists(name) if exists is None else exists
+def group_drift(name, exists):
     return [] if exists else ['group %s: missing' % name]
 
 
@@ -561,9 +559,9 @@ def http_status(url, timeout):
         return response.getcode(), None
 
 
-def http_drift(spec, answer=None):
-    """Drift lines for one HttpSpec; ``answer`` is an observed (status, reason) pair."""
-    status, reason = http_status(spec.url, spec.timeout) if answer is None else answer
+def http_drift(spec, answer):
+    """Drift lines for one HttpSpec given the (status, reason) http_status() observed."""
+    status, reason = answer
     if status is None:
         return ['%s: no answer (%s), wanted status %d' % (spec.url, reason, spec.status)]
     if status != spec.status:
@@ -679,16 +677,16 @@ def compare(checks, observation):
         for spec in check.files:
             result.drift.extend(compare_file(spec, files.get(spec.path)))
         for name in check.users:
-            result.drift.extend(user_drift(name, exists=bool(users.get(name))))
+            result.drift.extend(user_drift(name, bool(users.get(name))))
         for name in check.groups:
-            result.drift.extend(group_drift(name, exists=bool(groups.get(name))))
+            result.drift.extend(group_drift(name, bool(groups.get(name))))
         for spec in check.units:
             seen = units.get(spec.name, not_observed)
             result.drift.extend(unit_drift(spec, UnitState(name=spec.name, properties=seen.get('properties') or {},
                                                            error=seen.get('error'))))
         for spec in check.http:
             seen = http.get(spec.url, {'status': None, 'error': 'not observed'})
-            result.drift.extend(http_drift(spec, answer=(seen.get('status'), seen.get('error'))))
+            result.drift.extend(http_drift(spec, (seen.get('status'), seen.get('error'))))
         for spec in check.python_packages:
             seen = packages.get(spec.python, not_observed)
             result.drift.extend(package_drift(spec, seen.get('versions'), seen.get('error')))

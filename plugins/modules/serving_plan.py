@@ -280,8 +280,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result,
 )
-# Kept importable from the module: its tests check the spec covers every engine knob once.
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import KNOB_TYPES  # noqa: F401 pylint: disable=unused-import
 
 
 def main():

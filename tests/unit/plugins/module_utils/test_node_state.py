@@ -29,7 +29,9 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     evaluate,
     file_drift,
     group_drift,
+    group_exists,
     http_drift,
+    http_status,
     parse_checks,
     parse_systemctl_show,
     python_package_drift,
@@ -39,6 +41,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     unit_drift,
     unit_states_from_show,
     user_drift,
+    user_exists,
 )
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -87,6 +90,11 @@ UnitFileState=masked
 NeedDaemonReload=no
 """
 SHOWN_UNITS = ['gpustack.service', 'sshd.service', 'nope.service', 'kvpin-watchdog.service', 'masked.service']
+
+
+def observed_http_drift(spec):
+    """http_drift against what this test's server answers now."""
+    return http_drift(spec, http_status(spec.url, spec.timeout))
 
 
 def sha1(data):
@@ -262,9 +270,9 @@ def test_unreadable_is_drift_not_in_sync(tmp_path):
 
 
 def test_users_and_groups():
-    assert user_drift(ME) == [] and group_drift(MY_GROUP) == []
-    assert user_drift('kvpin-no-such-user') == ['user kvpin-no-such-user: missing']
-    assert group_drift('kvpin-no-such-group') == ['group kvpin-no-such-group: missing']
+    assert user_drift(ME, user_exists(ME)) == [] and group_drift(MY_GROUP, group_exists(MY_GROUP)) == []
+    assert user_drift('kvpin-no-such-user', user_exists('kvpin-no-such-user')) == ['user kvpin-no-such-user: missing']
+    assert group_drift('kvpin-no-such-group', group_exists('kvpin-no-such-group')) == ['group kvpin-no-such-group: missing']
 
 
 # -- systemd units -------------------------------------------------------------------------
@@ -413,14 +421,14 @@ def _unused_port():
 
 
 def test_http_status(http_server):
-    assert http_drift(HttpSpec(url=http_server + '/healthz')) == []
-    assert http_drift(HttpSpec(url=http_server + '/down')) == ['%s/down: status 503, wanted 200' % http_server]
-    assert http_drift(HttpSpec(url=http_server + '/down', status=503)) == []
+    assert observed_http_drift(HttpSpec(url=http_server + '/healthz')) == []
+    assert observed_http_drift(HttpSpec(url=http_server + '/down')) == ['%s/down: status 503, wanted 200' % http_server]
+    assert observed_http_drift(HttpSpec(url=http_server + '/down', status=503)) == []
 
 
 def test_redirect_is_not_followed(http_server):
-    assert http_drift(HttpSpec(url=http_server + '/moved')) == ['%s/moved: status 302, wanted 200' % http_server]
-    assert http_drift(HttpSpec(url=http_server + '/moved', status=302)) == []
+    assert observed_http_drift(HttpSpec(url=http_server + '/moved')) == ['%s/moved: status 302, wanted 200' % http_server]
+    assert observed_http_drift(HttpSpec(url=http_server + '/moved', status=302)) == []
 
 
 def test_proxy_settings_are_ignored(http_server, monkeypatch):
@@ -429,12 +437,12 @@ def test_proxy_settings_are_ignored(http_server, monkeypatch):
         monkeypatch.setenv(name, 'http://127.0.0.1:%d' % port)
     monkeypatch.delenv('no_proxy', raising=False)
     monkeypatch.delenv('NO_PROXY', raising=False)
-    assert http_drift(HttpSpec(url=http_server + '/healthz')) == []
+    assert observed_http_drift(HttpSpec(url=http_server + '/healthz')) == []
 
 
 def test_refused_port_is_drift():
     url = 'http://127.0.0.1:%d/healthz' % _unused_port()
-    assert http_drift(HttpSpec(url=url)) == ['%s: no answer (Connection refused), wanted status 200' % url]
+    assert observed_http_drift(HttpSpec(url=url)) == ['%s: no answer (Connection refused), wanted status 200' % url]
 
 
 def test_silent_server_times_out():
@@ -442,7 +450,7 @@ def test_silent_server_times_out():
         listener.bind(('127.0.0.1', 0))
         listener.listen(1)  # the kernel completes the connection; nothing ever answers
         url = 'http://127.0.0.1:%d/healthz' % listener.getsockname()[1]
-        assert http_drift(HttpSpec(url=url, timeout=0.3)) == ['%s: no answer (timed out after 0.3s), wanted status 200' % url]
+        assert observed_http_drift(HttpSpec(url=url, timeout=0.3)) == ['%s: no answer (timed out after 0.3s), wanted status 200' % url]
 
 
 # -- python packages -----------------------------------------------------------------------

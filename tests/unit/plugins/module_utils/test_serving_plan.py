@@ -3,7 +3,6 @@ import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as serving_plan_module
 
 A6000 = {'index': 0, 'uuid': 'GPU-1', 'name': 'NVIDIA RTX A6000', 'memory_total': 51527024640,
          'memory_used': 0, 'memory_free': 51527024640, 'compute_capability': '8.6'}
@@ -62,5 +61,7 @@ def test_dispatch_passes_only_set_knobs_to_the_engine_planner():
 
 
 def test_module_argument_spec_covers_every_knob_once():
-    assert set(serving_plan_module.KNOB_TYPES) == set(serving_plan.ALL_KNOBS)
+    assert set(serving_plan.KNOB_TYPES) == set(serving_plan.ALL_KNOBS)
+    # The one spec the module and its action plugin both validate with.
+    assert set(serving_plan.ALL_KNOBS) <= set(serving_plan.SERVING_PLAN_ARGUMENT_SPEC)
     assert len(serving_plan.ALL_KNOBS) == len(set(serving_plan.ALL_KNOBS))
