@@ -3,12 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Accuracy of the llama-box / llama.cpp planner against public load logs.
 
-Reads benchmarks/data/llamacpp_public.json (a copy of shared/validation/llamacpp_public.json) and,
+Reads benchmarks/data/llamacpp_public.json (public load logs; docs/data-sources.md) and,
 for every entry whose source gives enough to rebuild the run, compares per device:
 model buffer, KV buffer, compute buffer and, where the entry says, OOM vs predicted
 feasibility. The same figures come from a naive baseline in the same process
 (gguf-parser-like "weights + KV over the whole context, no compute buffer, no pool,
-250 MiB platform footprint"). Prints tables and a summary; always exits 0.
+250 MiB platform footprint"). Prints tables, a summary and ``accuracy:`` lines that state
+each target and whether the planner meets it (PASS/FAIL); always exits 0.
 
 Run from the repository root:  python benchmarks/bench_accuracy_llamacpp.py
 """
@@ -30,6 +31,11 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB
 
 VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'llamacpp_public.json')
 NAIVE_PLATFORM_FOOTPRINT = 250 * MiB     # gguf-parser --platform-footprint default "150,250"
+# The pass/fail lines: the share of logged buffers the planner must hit within
+# BUFFER_TOLERANCE_PCT, and the share of logged OOM / no-OOM outcomes it must call right.
+BUFFER_TOLERANCE_PCT = 10.0
+BUFFER_TARGET_FRACTION = 0.90
+OOM_TARGET_FRACTION = 1.0
 
 # ---------------------------------------------------------------- models the entries name
 
@@ -149,6 +155,13 @@ def fmt_pct(value):
 
 # ---------------------------------------------------------------- main
 
+def verdict_line(what, hits, count, unit, target):
+    """``accuracy: <what> h/n <unit> (p %; target >= t %): PASS|FAIL``; no rows is FAIL."""
+    share = float(hits) / count if count else 0.0
+    return 'accuracy: %s %d/%d %s (%.0f %%; target >= %.0f %%): %s' % (
+        what, hits, count, unit, 100.0 * share, 100.0 * target, 'PASS' if count and share >= target else 'FAIL')
+
+
 def run_entries(entries):
     rows, oom_rows, skipped = [], [], []
     for number, entry in enumerate(entries):
@@ -235,7 +248,8 @@ def report_scenario():
 
 def main():
     if not os.path.exists(VALIDATION):
-        print('validation file not found: %s (set KVPIN_SHARED_DIR); nothing to compare' % VALIDATION)
+        print('validation file not found: %s; nothing to compare' % VALIDATION)
+        print('accuracy: no validation data: NOT RUN')
         report_scenario()
         return 0
     with open(VALIDATION) as handle:
@@ -273,6 +287,11 @@ def main():
     if oom_rows:
         print('OOM agreement over %d entries: planned %d, physical %d, naive %d' % (
             len(oom_rows), agree['planned'], agree['physical'], agree['naive']))
+    within = sum(1 for e in errors['planned'] if e <= BUFFER_TOLERANCE_PCT)
+    print(verdict_line('buffers within %.0f %% of the log on' % BUFFER_TOLERANCE_PCT, within, n,
+                       'rows', BUFFER_TARGET_FRACTION))
+    print(verdict_line('OOM predicted == logged on', agree['planned'], len(oom_rows), 'entries',
+                       OOM_TARGET_FRACTION))
     report_scenario()
     return 0
 

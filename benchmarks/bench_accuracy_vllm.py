@@ -3,14 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The vLLM planner against real vLLM startup logs; prints tables, asserts nothing.
 
-For every entry of benchmarks/data/vllm_public.json (a copy of
-shared/validation/vllm_public.json: real ``vllm serve`` startup numbers with their source
-URLs) the planner runs with the logged settings (model from the catalog, GPU total, TP,
+For every entry of benchmarks/data/vllm_public.json (real ``vllm serve`` startup numbers with
+their source URLs; docs/data-sources.md says where each came from) the planner runs with the logged settings (model from the catalog, GPU total, TP,
 util, max_model_len, max_num_batched_tokens, block size) and the version's default
 max_num_seqs (what the logged runs used), then prints predicted vs logged weights,
 activation and "Available KV cache memory" per GPU, and whether the planner calls the
 deployment feasible vs what happened. A naive baseline (util x total - weights, what a
-weights-only estimate gives) is scored the same way.
+weights-only estimate gives) is scored the same way. The ``accuracy:`` lines state each target
+and whether the planner meets it (PASS/FAIL); the exit status is 0 either way.
 
 Assumptions, stated once: an entry without a version is planned as vLLM 0.11.0 (the
 source document's other revision names v0.11.0, and its graph memory was measured after KV
@@ -40,6 +40,10 @@ DATA = os.path.join(ROOT, 'benchmarks', 'data', 'vllm_public.json')
 ASSUMED_VERSION = '0.11.0'
 KV_TOLERANCE_FRACTION = 0.10
 KV_TOLERANCE_BYTES = GiB // 2
+# The pass/fail line: the share of logged runs whose KV the planner must hit within the
+# tolerance above, and the share whose outcome (started / failed) it must call right.
+KV_TARGET_FRACTION = 0.80
+OUTCOME_TARGET_FRACTION = 1.0
 
 
 def _model_name(entry):
@@ -103,6 +107,13 @@ def within(pred_bytes, logged_gib):
     return abs(err) <= max(KV_TOLERANCE_BYTES, KV_TOLERANCE_FRACTION * abs(logged_gib * GiB)), err
 
 
+def verdict_line(what, hits, count, unit, target):
+    """``accuracy: <what> h/n <unit> (p %; target >= t %): PASS|FAIL``; no rows is FAIL."""
+    share = float(hits) / count if count else 0.0
+    return 'accuracy: %s %d/%d %s (%.0f %%; target >= %.0f %%): %s' % (
+        what, hits, count, unit, 100.0 * share, 100.0 * target, 'PASS' if count and share >= target else 'FAIL')
+
+
 def main():
     with open(DATA) as handle:
         entries = json.load(handle)['entries']
@@ -149,10 +160,12 @@ def main():
     print('G = CUDA graph pool (outside the budget in this era, so it does not move KV); logged '
           'values are the memory change during capture and go negative when capture frees memory')
     print()
-    print('KV within 10 %% or 0.5 GiB : planner %d/%d (%.0f %%), naive %d/%d (%.0f %%)   target >= 80 %%' % (
+    print('KV within 10 %% or 0.5 GiB : planner %d/%d (%.0f %%), naive %d/%d (%.0f %%)' % (
         planner_ok, scored, 100.0 * planner_ok / scored, naive_ok, scored, 100.0 * naive_ok / scored))
     print('feasible == what happened : planner %d/%d, naive %d/%d' % (
         outcome_ok, outcomes, naive_outcome_ok, outcomes))
+    print(verdict_line('KV within max(0.5 GiB, 10 %) on', planner_ok, scored, 'rows', KV_TARGET_FRACTION))
+    print(verdict_line('feasible == what happened on', outcome_ok, outcomes, 'runs', OUTCOME_TARGET_FRACTION))
     for line in misses:
         print('  miss: ' + line)
     mistral_per_logit = (2.12 * GiB - 1.36 * 8192 * 5120 * 2) / (1024 * 131072)
