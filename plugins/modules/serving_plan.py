@@ -215,11 +215,254 @@ plan:
       sample: ["--tensor-parallel-size=4", "--max-model-len=16384", "--gpu-memory-utilization=0.88"]
     memory:
       description:
-        - Per GPU - total, budget, weights, activation, non_torch, cuda_graph, kv_cache and
-          headroom in bytes, finer C(terms) and an C(explain) text per term.
+        - One entry per planned GPU, in the order of the GPUs the plan uses. Every figure is
+          in bytes; the ten headline terms are the same for every backend, C(terms) holds the
+          finer terms they are built from and C(explain) how each was computed.
+        - vLLM - C(budget) = ceil(C(total) x gpu_memory_utilization) (or the pinned
+          C(--kv-cache-memory-bytes) + the charged terms); C(weights) + C(activation) +
+          C(non_torch) (+ C(cuda_graph) from vLLM 0.20) + C(kv_cache) fill it; what vLLM holds
+          outside it (CUDA context, NCCL, the graph pool up to 0.19) must fit in
+          C(total) - C(budget) with vLLM's profiler buffer and a safety margin to spare.
+        - llama-box / llama.cpp - C(budget) = C(total) - the per-GPU reserve;
+          C(weights) + C(kv_cache) + C(activation) + C(non_torch) must fit in it.
+        - The memory model is described in docs/architecture.md of the collection.
       type: list
       elements: dict
       returned: always
+      contains:
+        index:
+          description: NVML index of the GPU (from C(gpus)).
+          type: int
+          returned: always
+          sample: 0
+        name:
+          description: GPU name as NVML reports it.
+          type: str
+          returned: always
+          sample: NVIDIA RTX A6000
+        total:
+          description: The GPU's memory (NVML C(memory_total)).
+          type: int
+          returned: always
+          sample: 51527024640
+        budget:
+          description:
+            - vLLM - the memory vLLM lets itself use on this GPU, total x
+              gpu_memory_utilization (rounded up), or with a pinned KV size the charged terms
+              + that size.
+            - llama-box / llama.cpp - what the plan allows itself, total - reserve
+              (C(settings.vram_reserve_bytes)).
+          type: int
+          returned: always
+          sample: 45859051930
+        weights:
+          description:
+            - vLLM - this GPU's share of the weights (sharded / TP + replicated parts),
+              see the C(weights_*) terms.
+            - llama-box / llama.cpp - the model buffer, the GGUF tensor bytes of the blocks
+              (and output layer) placed on this GPU.
+          type: int
+          returned: always
+        activation:
+          description:
+            - vLLM - the peak of the profile run (max of sampler warm-up + hidden states and
+              the forward pass), see the C(activation_*) terms.
+            - llama-box / llama.cpp - compute buffer + CUDA pool growth.
+          type: int
+          returned: always
+        non_torch:
+          description:
+            - vLLM - non-torch memory charged inside the budget (cuBLAS / attention
+              workspaces, TP workspaces, and NCCL buffers where the version allocates them
+              after its memory snapshot).
+            - llama-box / llama.cpp - the CUDA context and driver.
+          type: int
+          returned: always
+        cuda_graph:
+          description:
+            - vLLM - the CUDA-graph pool (0 with C(enforce_eager)); inside the budget from
+              0.20, outside it before (C(explain.cuda_graph) says which).
+            - llama-box / llama.cpp - always 0 (graphs are captured only for single-token
+              batches).
+          type: int
+          returned: always
+        kv_cache:
+          description:
+            - vLLM - the KV cache vLLM allocates, whole blocks of C(terms.kv_bytes_per_block).
+            - llama-box / llama.cpp - the KV buffer of the blocks on this GPU.
+          type: int
+          returned: always
+        headroom:
+          description:
+            - vLLM - total - budget - what vLLM holds outside the budget; the plan is
+              infeasible when it is below the profiler buffer + safety margin.
+            - llama-box / llama.cpp - budget - everything resident after the first long
+              prompt; negative means it does not fit.
+          type: int
+          returned: always
+        terms:
+          description:
+            - The finer terms, by name, in bytes. Which keys appear depends on the backend
+              (listed below); a term that does not apply is 0 or absent.
+          type: dict
+          returned: always
+          contains:
+            weights_sharded:
+              description: vLLM - stored weights divided by the tensor-parallel size.
+              type: int
+              returned: backend vllm
+            weights_replicated:
+              description: vLLM - the extra each TP rank holds for the parts vLLM keeps whole on every rank (their bytes x (TP - 1) / TP).
+              type: int
+              returned: backend vllm
+            weights_kv_proj_replication:
+              description: vLLM - k/v projections replicated when the model has fewer KV heads than TP ranks.
+              type: int
+              returned: backend vllm
+            weights_mxfp4_expert_padding:
+              description: vLLM - padding vLLM adds to MXFP4 expert weights.
+              type: int
+              returned: backend vllm
+            activation_sampler_warmup:
+              description: vLLM - fp32 logits and sort buffers of the profile run's sampler warm-up (fitted).
+              type: int
+              returned: backend vllm
+            activation_hidden_states:
+              description: vLLM - hidden states live during the sampler warm-up (fitted).
+              type: int
+              returned: backend vllm
+            activation_forward_pass:
+              description: vLLM - the forward pass of the profile run (residual, norms, FFN; physical).
+              type: int
+              returned: backend vllm
+            cuda_graph_nodes:
+              description: vLLM - graph nodes and bookkeeping, per layer and captured size (fitted).
+              type: int
+              returned: backend vllm
+            cuda_graph_intermediates:
+              description: vLLM - intermediates of the largest captured graph (physical).
+              type: int
+              returned: backend vllm
+            cuda_graph_collectives:
+              description: vLLM - NCCL collectives captured in graphs at TP > 1 without custom all-reduce (fitted).
+              type: int
+              returned: backend vllm
+            non_torch_growth:
+              description: vLLM - cuBLAS / attention-backend workspaces the profiler sees (fitted).
+              type: int
+              returned: backend vllm
+            tp_workspaces:
+              description: vLLM - custom all-reduce / pynccl workspaces at TP > 1 (fitted).
+              type: int
+              returned: backend vllm
+            nccl_buffers:
+              description: vLLM - NCCL channel buffers per GPU (ring connections x channels x bytes per channel).
+              type: int
+              returned: backend vllm
+            cuda_context:
+              description: CUDA context and driver reservations of the engine process (vLLM and llama-box / llama.cpp).
+              type: int
+              returned: always
+            profiler_underestimate_buffer:
+              description: vLLM - the buffer vLLM itself keeps for its profiler's underestimate.
+              type: int
+              returned: backend vllm
+            safety_margin:
+              description: vLLM - VRAM kept free beyond everything modelled, 3 % of the card and at least 512 MiB.
+              type: int
+              returned: backend vllm
+            kv_budget:
+              description: vLLM - the KV memory the budget leaves (before rounding to whole blocks).
+              type: int
+              returned: backend vllm
+            kv_bytes_per_token:
+              description: vLLM - KV bytes one token takes on this GPU.
+              type: int
+              returned: backend vllm
+            kv_bytes_per_block:
+              description: vLLM - KV bytes of one block (block_size tokens) on this GPU.
+              type: int
+              returned: backend vllm
+            outside_resident:
+              description: vLLM - what vLLM holds outside the budget while serving (sum of the C(outside_*) parts).
+              type: int
+              returned: backend vllm
+            outside_required:
+              description: vLLM - outside_resident + profiler buffer + safety margin; total - budget must be at least this.
+              type: int
+              returned: backend vllm
+            outside_cuda_context:
+              description: vLLM - the CUDA context, held outside the budget.
+              type: int
+              returned: backend vllm
+            outside_nccl_buffers:
+              description: vLLM 0.11 and later at TP > 1 - NCCL buffers held outside the budget.
+              type: int
+              returned: backend vllm, when the version holds them outside the budget
+            outside_cublas_workspaces:
+              description: vLLM 0.33 and later - cuBLAS workspaces, created before the memory snapshot and so held outside the budget.
+              type: int
+              returned: backend vllm, when the version holds them outside the budget
+            outside_cuda_graph_pool:
+              description: vLLM up to 0.19 - the CUDA-graph pool, captured after the KV allocation.
+              type: int
+              returned: backend vllm, when graphs are captured outside the budget
+            model_buffer:
+              description: llama-box / llama.cpp - GGUF tensor bytes of the units on this GPU (= C(weights)).
+              type: int
+              returned: backend llama-box or llama.cpp
+            kv_buffer:
+              description: llama-box / llama.cpp - KV cells x per-cell K and V bytes of the blocks on this GPU (= C(kv_cache)).
+              type: int
+              returned: backend llama-box or llama.cpp
+            compute_buffer:
+              description: llama-box / llama.cpp - the worst-case graph's buffer reserved at load, the largest C(compute.*) peak.
+              type: int
+              returned: backend llama-box or llama.cpp
+            cuda_pool_growth:
+              description: llama-box / llama.cpp - CUDA pool memory the first long prompt allocates, the largest C(pool.*) term.
+              type: int
+              returned: backend llama-box or llama.cpp
+            compute.attention_peak:
+              description: llama-box / llama.cpp - live tensors while attention runs (masks, KQ scores, hidden states).
+              type: int
+              returned: backend llama-box or llama.cpp
+            compute.ffn_peak:
+              description: llama-box / llama.cpp - live tensors while the FFN runs.
+              type: int
+              returned: backend llama-box or llama.cpp
+            compute.output_peak:
+              description: llama-box / llama.cpp - live tensors at the output layer (logits).
+              type: int
+              returned: backend llama-box or llama.cpp, when the output layer is computed on this GPU
+            compute.pipeline_input_copies:
+              description: llama-box / llama.cpp - extra copies of the inputs kept for pipeline parallelism.
+              type: int
+              returned: backend llama-box or llama.cpp, with pipeline parallelism over several GPUs
+            pool.kq_f16_copy:
+              description: llama-box / llama.cpp - F16 copy of the attention probabilities (no flash attention).
+              type: int
+              returned: backend llama-box or llama.cpp, without flash attention
+            pool.activations_q8_1:
+              description: llama-box / llama.cpp - q8_1 copy of the activations for quantized matrix kernels (MMQ).
+              type: int
+              returned: backend llama-box or llama.cpp, with quantized weights
+            pool.weight_f16_dequant:
+              description: llama-box / llama.cpp - F16 dequantized copy of the largest weight matrix, on GPUs without int8 tensor cores.
+              type: int
+              returned: backend llama-box or llama.cpp, compute capability below 7.5
+        explain:
+          description:
+            - How each headline term was computed (the rule, the fitted constants and their
+              source), by term name - total, budget, weights, activation, non_torch,
+              nccl_buffers, cuda_context, cuda_graph, kv_cache, headroom for vLLM;
+              model_buffer, kv_buffer, compute_buffer, cuda_pool_growth, cuda_context,
+              cuda_graph for llama-box / llama.cpp.
+          type: dict
+          returned: always
+          sample:
+            total: NVML memory_total of GPU 0 (NVIDIA RTX A6000)
+            budget: ceil(total x gpu_memory_utilization 0.89)
     kv_cache_tokens:
       description: Tokens the KV cache holds (per GPU group, minimum over GPUs).
       type: int

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""serving_plan's RETURN documents what the planners return: every key of ``plan``, of each
+``plan.memory`` entry and of its ``terms`` appears in the docs, and every documented key is
+returned by some plan (no stale entry). Plans cover both backends, vLLM accounting eras
+(0.10.2 / 0.11 / 0.20 / 0.33), TP 1-4, PCIe and NVLink cards, flash attention on and off, several
+GPUs with layer offload and a GPU without int8 tensor cores."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import yaml
+
+from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
+from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+    SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result)
+
+CARDS = {
+    '4090': ('NVIDIA GeForce RTX 4090', 25757220864, '8.9'),
+    'a6000': ('NVIDIA RTX A6000', 51527024640, '8.6'),
+    'h100': ('NVIDIA H100 80GB HBM3', 85520809984, '9.0'),
+    'v100': ('Tesla V100-SXM2-32GB', 34359738368, '7.0'),
+}
+
+
+def _gpus(card, count):
+    name, total, cc = CARDS[card]
+    return [dict(index=i, uuid='GPU-%d' % i, name=name, memory_total=total, memory_used=0,
+                 memory_free=total, compute_capability=cc) for i in range(count)]
+
+
+def _params(**changes):
+    params = dict((name, spec.get('default')) for name, spec in SERVING_PLAN_ARGUMENT_SPEC.items())
+    params.update(prompt_tokens_p99=4000, max_output_tokens=1000, max_concurrency=4, fail_on_infeasible=False)
+    params.update(changes)
+    return params
+
+
+def _cases():
+    for version, card, tp, knobs in itertools.product(
+            ('0.10.2', '0.11.0', '0.20.0', '0.33.0'), ('4090', 'h100'), (1, 2, 4),
+            ({}, {'pin_kv_cache_memory': True}, {'enforce_eager': True})):
+        yield 'vllm', _params(backend='vllm', backend_version=version, model='meta-llama/Llama-3.3-70B-Instruct',
+                              gpus=_gpus(card, tp), tensor_parallel_size=tp, **knobs)
+    yield 'vllm', _params(backend='vllm', backend_version='0.20.0', model='openai/gpt-oss-20b', gpus=_gpus('h100', 1))
+    for backend, version in (('llama-box', 'v0.0.171'), ('llama.cpp', 'b5000')):
+        for card, count, knobs in (('a6000', 1, {'quantization': 'Q4_K_M'}),
+                                   ('4090', 2, {'quantization': 'Q8_0', 'gpu_layers': 20}),
+                                   ('a6000', 2, {'quantization': 'Q4_K_M', 'flash_attn': True}),
+                                   ('v100', 1, {'quantization': 'Q4_K_M'})):
+            yield 'llama', _params(backend=backend, backend_version=version, model='meta-llama/Llama-3.3-70B-Instruct',
+                                   gpus=_gpus(card, count), **knobs)
+
+
+@pytest.fixture(scope='module')
+def returned():
+    """{'plan': keys, 'memory': keys, 'terms': {family: keys}} over every case."""
+    seen = {'plan': set(), 'memory': set(), 'terms': {'vllm': set(), 'llama': set()}}
+    for family, params in _cases():
+        result = serving_plan_result(params)
+        assert 'plan' in result, result.get('msg')
+        seen['plan'] |= set(result['plan'])
+        for gpu in result['plan']['memory']:
+            seen['memory'] |= set(gpu)
+            seen['terms'][family] |= set(gpu['terms'])
+    return seen
+
+
+@pytest.fixture(scope='module')
+def documented():
+    doc = yaml.safe_load(module.RETURN)['plan']['contains']
+    memory = doc['memory']['contains']
+    return {'plan': set(doc), 'memory': set(memory), 'terms': memory['terms']['contains']}
+
+
+def test_every_plan_key_is_documented_and_returned(returned, documented):
+    assert returned['plan'] == documented['plan']
+
+
+def test_every_memory_key_is_documented_and_returned(returned, documented):
+    assert returned['memory'] == documented['memory']
+
+
+def test_every_term_is_documented_and_returned(returned, documented):
+    all_returned = returned['terms']['vllm'] | returned['terms']['llama']
+    assert sorted(all_returned - set(documented['terms'])) == [], 'returned but not documented'
+    assert sorted(set(documented['terms']) - all_returned) == [], 'documented but never returned'
+
+
+def test_each_term_names_the_backends_that_return_it(returned, documented):
+    for name, doc in documented['terms'].items():
+        text = doc['returned']
+        if name in returned['terms']['vllm'] and name in returned['terms']['llama']:
+            assert text == 'always', name
+        elif name in returned['terms']['vllm']:
+            assert text.startswith('backend vllm'), (name, text)
+        else:
+            assert text.startswith('backend llama-box or llama.cpp'), (name, text)
