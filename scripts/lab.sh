@@ -5,7 +5,7 @@
 #
 # The four-node lab fleet: systemd containers (podman + runc) from a Debian 12 image built
 # locally with debootstrap, each seeing its own GPUs through the NVML stub library and the
-# node's JSON fixture. Recipe and traps (crun, ulimits, systemd >= 256): shared/docs/LAB.md.
+# node's JSON fixture. Recipe and traps (crun, ulimits, systemd >= 256): docs/lab.md.
 #
 # Usage: scripts/lab.sh up [NODE...] | down [NODE...] | status | rebuild-image | image
 #                       | set-fixture NODE FILE | nodes
@@ -61,7 +61,7 @@ build_image() {
     debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$debs" "${keyring[@]}" \
         "$SUITE" "$rootfs" "$mirror" >"$LAB_DIR/debootstrap.log" 2>&1 \
         || { tail -n 20 "$LAB_DIR/debootstrap.log" >&2; rm -rf "$rootfs"; die "debootstrap failed (log: $LAB_DIR/debootstrap.log)"; }
-    # Nodes never reach a package index (LAB.md: no TLS to the outside); keep the image small.
+    # Nodes never reach a package index (docs/lab.md: no TLS to the outside); keep the image small.
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     log "podman import $IMAGE"
     tar -C "$rootfs" -c . | podman import --quiet --change 'CMD ["/sbin/init"]' - "$IMAGE" >/dev/null

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A small stdlib HTTP client for GPUStack's management API.
 
-- 2.x serves management routes under ``/v2``; 0.7.x under ``/v1`` (research/gpustack.md §2).
+- 2.x serves management routes under ``/v2``; 0.7.x under ``/v1`` (gpustack/routes/routes.py; docs/architecture.md).
 - Auth is an API key sent as ``Authorization: Bearer``; the key never appears in a message.
 - Every failure is a GpustackApiError carrying the HTTP status (None when no answer came),
   the server's own message (GPUStack answers ``{"code","reason","message"}``; a 422 carries

@@ -5,7 +5,7 @@
 
 A model deployment is managed field by field: only the fields the user set are compared and
 written; everything else on the server (its defaults, fields this collection does not know)
-is left as it is. GPUStack's PUT replaces the whole record (research/gpustack.md §2), so an
+is left as it is. GPUStack's PUT replaces the whole record (docs/architecture.md, GPUStack generations), so an
 update is: read the record, overlay the managed fields, send it all back.
 
 Worker labels are managed per key, with the labels the worker sets itself kept unless the
@@ -14,7 +14,7 @@ user names them (see worker_labels_wanted).
 
 from __future__ import annotations
 
-# Names the scheduler reads from a model's env (research/gpustack.md §3.1,
+# Names the scheduler reads from a model's env (gpustack==2.3.0, gpustack/
 # policies/utils.py get_vram_claim_from_model_env: int(value), bytes per GPU).
 VRAM_CLAIM_ENV = 'GPUSTACK_MODEL_VRAM_CLAIM'
 

@@ -732,7 +732,7 @@ def _units_for(spec, layout, dims, cells, cells_swa, ctype_k, ctype_v):
 def plan_llamacpp(spec, gpus, traffic, knobs, backend, backend_version):
     """Plan a llama-box / llama.cpp deployment of ``spec`` on ``gpus``; returns a Plan.
 
-    ``knobs`` (DESIGN.md names, all optional): gpu_layers, ctx_size, parallel, flash_attn,
+    ``knobs`` (serving_plan option names, all optional): gpu_layers, ctx_size, parallel, flash_attn,
     cache_type_k, cache_type_v, ubatch_size, batch_size, tensor_split, quantization (GGUF
     mix for models without a GGUF file), no_kv_offload, vram_reserve_bytes."""
     return _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions=True)

@@ -4,7 +4,7 @@
 """The one table of llama-box / llama.cpp version facts: flag spellings, defaults, the
 layer placement rule, flash-attention and KV padding rules, and ``-np`` semantics.
 
-Sources (see ``research/llamabox.md``):
+Sources (docs/architecture.md, "llama-box / llama.cpp"):
 
 * llama-box: gpustack/llama-box snapshot 4d068484 (2025-11-24); its llama.cpp submodule is
   a mid-2025 build (``patches/llama.cpp/context.patch`` still patches a bool
@@ -48,7 +48,7 @@ OUTPUT_FIRST_LAST_BUILD_WITHOUT = 7347
 OUTPUT_FIRST_FIRST_BUILD_WITH = 7710
 KV_PAD_ALWAYS_256_FROM_BUILD = 7250
 
-# llama-box versions whose llama.cpp the research could read: all of them use the
+# llama-box versions whose pinned llama.cpp was read: all of them use the
 # L-2025 rules (the project is unmaintained since 2025-11; GPUStack 0.7.1 shipped v0.0.171).
 LLAMA_BOX_KNOWN_NEWEST = (0, 0, 171)
 

@@ -23,7 +23,7 @@ BACKEND_LLAMA_BOX = 'llama-box'
 BACKEND_LLAMA_CPP = 'llama.cpp'
 BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
 
-# Engine knobs by backend (DESIGN.md names). A knob left None is derived by the planner.
+# Engine knobs by backend (the serving_plan option names). A knob left None is derived by the planner.
 VLLM_KNOBS = (
     'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
     'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',

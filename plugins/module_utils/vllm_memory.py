@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vLLM (V1 engine) memory model per GPU, and the derivation of the flags that pin it.
 
-How vLLM sizes its KV cache (research/vllm_memory.md §1-2), per GPU, in bytes:
+How vLLM sizes its KV cache (docs/architecture.md, "vLLM"), per GPU, in bytes:
 
     budget  = total * gpu_memory_utilization              (or --kv-cache-memory-bytes)
     kv      = budget - weights - activation_peak - non_torch_inside (- cuda_graph_pool from 0.20)
@@ -30,7 +30,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as
 
 # ----------------------------------------------------------------------------------------
 # Fitted and policy constants. "llm-d H100" = the H100 80GB rows of
-# validation/vllm_public.json (llm-d-benchmark empirical-vllm-memory-results.md).
+# benchmarks/data/vllm_public.json (llm-d-benchmark empirical-vllm-memory-results.md).
 
 # CUDA context + driver reservations of the vLLM process, held before the memory snapshot:
 # llm-d H100 TP=1 logs 78.57 of 79.18 GiB free at startup -> 0.61 GiB. Smaller (Ampere/Ada)
@@ -959,7 +959,7 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
 def plan_vllm(spec, gpus, traffic, knobs, backend_version):
     """Plan one vLLM deployment. Bad input -> PlanInputError; infeasible -> Plan.feasible False.
 
-    ``knobs`` holds the user-set engine options by DESIGN.md name (KNOWN_KNOBS); a knob
+    ``knobs`` holds the user-set engine options by serving_plan option name (KNOWN_KNOBS); a knob
     left out (or None) is derived, and every value in the plan says why in ``reasons``."""
     version = prof.parse_version(backend_version)
     _check_spec(spec)

@@ -4,7 +4,7 @@
 """The one table of vLLM version facts: flags, defaults and memory-accounting eras.
 
 Every fact here was read in the released vLLM wheels listed in
-``research/vllm_memory.md`` (0.8.5.post1 … 0.33.0). A range ``[since, until)`` uses the
+docs/architecture.md (0.8.5.post1 … 0.33.0). A range ``[since, until)`` uses the
 first wheel where the code differs; releases between two read wheels (e.g. 0.9.0/0.9.1,
 0.17.1, 0.21.0) are bracketed, and the bracket is put at the later release's first
 version number. Nothing else in kvpin.fleet may hard-code a vLLM version.
@@ -209,7 +209,7 @@ class BatchDefaults:
 
 
 def batch_defaults(version, gpu_name, memory_total):
-    """V1 defaults of ``vllm serve`` by device (research §3, ``get_batch_defaults``)."""
+    """V1 defaults of ``vllm serve`` by device (``get_batch_defaults``, vllm/engine/arg_utils.py)."""
     name = (gpu_name or '').lower()
     big = memory_total >= 70 * GiB
     if not version.at_least((0, 9, 0)):

@@ -125,7 +125,7 @@ options:
     type: bool
 notes:
   - GPUStack books C(total x gpu-memory-utilization) per GPU for a vLLM LLM instance whatever
-    the claim; the claim decides whether a GPU is feasible (research notes, GPUStack 2.3.0).
+    the claim; the claim decides whether a GPU is feasible (GPUStack 2.3.0 vllm_resource_fit_selector.py).
 '''
 
 EXAMPLES = r'''

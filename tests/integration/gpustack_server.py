@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A real GPUStack 2.3 server for tests, in a network namespace the test makes itself.
 
-Layout (shared/docs/LAB.md, "A real GPUStack 2.3 server without a GPU"):
+Layout (docs/lab.md, "A real GPUStack 2.3 server, without a GPU"):
 - ``ip netns add kvpin-gs-<pid>`` with only ``lo`` up: nothing started here can reach or be
   reached from any other address;
 - PostgreSQL from the Debian packages (``initdb --auth=trust`` as user postgres) on
@@ -52,7 +52,7 @@ STOP_GRACE_SECONDS = 5
 # The worker downloads two helper tools from GitHub at start (gpustack/worker/tools_manager.py)
 # and skips the download when they are already in the package with a matching versions.json.
 # Nothing outside the namespace is reachable, so the test venv gets stand-ins
-# (research/gpustack_worker_native.md, appendix B): fastfetch reports this machine from /proc,
+# (docs/lab.md): fastfetch reports this machine from /proc,
 # gguf-parser refuses (no GGUF model is evaluated in these tests).
 WORKER_TOOL_VERSIONS = {'gguf-parser': 'v0.26.4', 'fastfetch': '2.25.0.1'}
 FASTFETCH_STANDIN = r'''#!%(python)s

@@ -1301,7 +1301,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvm
     return NVML_SUCCESS;
 }
 
-/* ---- optional calls GPUStack 2.3's NVIDIA detector makes (research/gpustack_worker_native.md §2):
+/* ---- optional calls GPUStack 2.3's NVIDIA detector makes (gpustack-runtime detector/nvidia.py; docs/lab.md):
  * exported so symbol lookup succeeds, answering NOT_SUPPORTED, which that detector tolerates. ---- */
 #define NOT_SUPPORTED_CALL(name, params)         \
     EXPORT nvmlReturn_t name params              \

@@ -5,7 +5,7 @@
 
 Run: python tests/traces/generate_traces.py   (rewrites tests/traces/data/*.csv + manifest.json)
 
-Shapes are modelled on real reports (see research/watchdog.md sec. 3), not measured here:
+Shapes are modelled on real reports (docs/data-sources.md, "Watchdog traces"), not measured here:
 - leak rates: 50 MiB/h (vLLM #44175 measured ~47 MiB/h), 200 MiB/h (GPUStack #5342 ~150 MB/h),
   2 GiB/h (vllm-ascend #15193);
 - sawtooth GC/allocator noise of +/-100..300 MiB with a period of 4..12 minutes;

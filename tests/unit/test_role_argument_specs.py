@@ -5,7 +5,7 @@
 the same default values, and defaults that fit the declared type and choices. Ansible
 validates role arguments against the spec at role start; a spec that drifts from the
 defaults documents one thing and runs another. Generic over roles/*, as prometheus.prometheus
-lints its roles (research/ansible.md §1.1)."""
+lints its roles (https://github.com/prometheus-community/ansible)."""
 
 from __future__ import annotations
 

@@ -519,7 +519,7 @@ def _fmt_bytes(n: float) -> str:
 class DecisionEngine:
     """Fed samples one by one; returns a Decision per sample.
 
-    Rules (field report, "Catching the slow decay"):
+    Rules (the field report's slow decay, docs/architecture.md):
       memory rising + TTFT p95 rising          -> recycle (bookkeeping growth / fragmentation)
       memory rising, limit within horizon      -> recycle (before the projected crossing)
       memory rising, limit far                 -> alert

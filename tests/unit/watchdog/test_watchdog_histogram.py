@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-# vLLM's TTFT bucket bounds (research/watchdog.md sec. 2.1), shortened.
+# vLLM's TTFT bucket bounds (vllm/v1/metrics/loggers.py, PrometheusStatLogger), shortened.
 BOUNDS = [0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0]
 
 

@@ -70,7 +70,7 @@ def test_computed_bytes_equal_checkpoint_total_size(name):
     assert spec.extra['computed_weight_bytes'] == CATALOG[name]['_weight_bytes']
 
 
-# vLLM startup logs (validation/vllm_public.json, source: llm-d-benchmark
+# vLLM startup logs (benchmarks/data/vllm_public.json, source: llm-d-benchmark
 # config_explorer/empirical-vllm-memory-results.md @4f4d449, H100 80GB, vLLM V1).
 # (model, TP, logged GiB, lower, upper bound on computed/logged, why the bounds)
 VLLM_LOGGED = [
