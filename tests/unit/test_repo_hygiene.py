@@ -40,7 +40,7 @@ def git_grep(root, extra, paths):
     for pattern in OUTSIDE_REFERENCES:
         argv += ['-e', pattern]
     argv += ['--'] + paths
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False)
     assert proc.returncode in (0, 1), proc.stderr.decode('utf-8', 'replace')
     return proc.returncode, proc.stdout.decode('utf-8', 'replace').splitlines()
 
