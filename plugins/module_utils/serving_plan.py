@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic, check_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 BACKEND_VLLM = 'vllm'
@@ -172,12 +172,12 @@ def build_plan(params, resolve_model=None, planners=None):
             from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
         else:
             plan_vllm = planners[BACKEND_VLLM]
-        return plan_vllm(spec, gpus, traffic, knobs, str(version))
+        return check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version)))
     if planners is None:
         from ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory import plan_llamacpp
     else:
         plan_llamacpp = planners[backend]
-    return plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))
+    return check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version)))
 
 
 MEMORY_COLUMNS = ('total', 'budget', 'weights', 'activation', 'non_torch', 'cuda_graph',
