@@ -71,7 +71,8 @@ def parse_version(text):
         # (0.10.2 added --kv-cache-memory-bytes), so the rules must come from one release.
         raise PlanInputError('backend_version', 'vLLM version %r is ambiguous: it names the %s.%s '
                              'series, not a release, and flags and memory accounting change within '
-                             'a series; give the release the image runs (e.g. "%s.%s.0")'
+                             'a series; give the release the image runs (e.g. "%s.%s.0"), '
+                             'quoted in YAML (unquoted 0.10 is the number 0.1)'
                              % (str(text).strip(), match.group(1), match.group(2),
                                 match.group(1), match.group(2)))
     parts = tuple(int(p) if p is not None else 0 for p in match.group(1, 2, 3, 4))
