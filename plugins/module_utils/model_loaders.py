@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec, ModelSpecError)
+    GEOMETRY_LIMITS, GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
+    MAX_WEIGHT_BYTES, ModelSpec, ModelSpecError, check_int_range, check_spec)
 from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import (
     CATALOG, ALIASES)
@@ -38,12 +39,39 @@ DTYPE_BYTES = {'bfloat16': 2, 'float16': 2, 'half': 2, 'float32': 4, 'float': 4}
 # vLLM's dtype=auto runs fp32 checkpoints in fp16/bf16: resident weights are 2 B/param.
 LOADED_FLOAT_BYTES = 2
 
-# Sanity bounds: a value outside these is a typo or a wrong file, not a model.
+# Sanity bounds (model_spec.GEOMETRY_LIMITS, by config.json key): a value outside these is
+# a typo or a wrong file, not a model.
+_LIMIT = dict((key, GEOMETRY_LIMITS[key][1]) for key in GEOMETRY_LIMITS)
 DIM_LIMITS = {
-    'num_hidden_layers': 1024, 'hidden_size': 131072, 'intermediate_size': 1 << 20,
-    'num_attention_heads': 4096, 'num_key_value_heads': 4096, 'head_dim': 4096,
-    'vocab_size': 16 * 1024 * 1024, 'max_position_embeddings': 1 << 27,
+    'num_hidden_layers': _LIMIT['num_layers'], 'hidden_size': _LIMIT['hidden_size'],
+    'intermediate_size': _LIMIT['intermediate_size'],
+    'num_attention_heads': _LIMIT['num_attention_heads'],
+    'num_key_value_heads': _LIMIT['num_kv_heads'], 'head_dim': _LIMIT['head_dim'],
+    'vocab_size': _LIMIT['vocab_size'], 'max_position_embeddings': _LIMIT['max_position_embeddings'],
+    'sliding_window': _LIMIT['sliding_window'], 'kv_lora_rank': _LIMIT['kv_lora_rank'],
+    'q_lora_rank': _LIMIT['kv_lora_rank'], 'qk_nope_head_dim': _LIMIT['head_dim'],
+    'qk_rope_head_dim': _LIMIT['qk_rope_head_dim'], 'v_head_dim': _LIMIT['head_dim'],
+    'num_experts': _LIMIT['num_experts'], 'num_experts_per_tok': _LIMIT['num_experts_per_tok'],
+    'moe_intermediate_size': _LIMIT['moe_intermediate_size'],
+    'n_shared_experts': _LIMIT['num_shared_experts'],
+    'shared_expert_intermediate_size': _LIMIT['intermediate_size'],
+    'first_k_dense_replace': _LIMIT['num_layers'], 'max_window_layers': _LIMIT['num_layers'],
+    'sliding_window_pattern': _LIMIT['num_layers'],
+    'num_nextn_predict_layers': _LIMIT['num_layers'],
 }
+# What a config.json / index file / safetensors header may be: real ones are kilobytes
+# (an index of 100k tensors about 10 MB; the safetensors format caps headers at 100 MB).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+MAX_SAFETENSORS_HEADER = 100 * 1000 * 1000
+MAX_SHARDS = 4096
+# safetensors dtypes and their bytes per element (None: sub-byte, size not checked).
+SAFETENSORS_DTYPES = {
+    'BOOL': 1, 'U8': 1, 'I8': 1, 'F8_E5M2': 1, 'F8_E4M3': 1, 'F8_E8M0': 1, 'I16': 2, 'U16': 2,
+    'F16': 2, 'BF16': 2, 'I32': 4, 'U32': 4, 'F32': 4, 'F64': 8, 'I64': 8, 'U64': 8,
+    'F4': None, 'F6_E2M3': None, 'F6_E3M2': None,
+}
+SHARD_NAME_RE = re.compile(r'^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.safetensors$')
 
 GGUF_SUFFIX = '.gguf'
 SAFETENSORS_INDEX = 'model.safetensors.index.json'
@@ -94,14 +122,35 @@ def _positive_int(cfg, key, default=None, required=True):
         if required:
             raise ModelSpecError('model', "config key '%s' is missing" % key)
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    # bool is an int in Python and a float is no count (NaN and Infinity parse as floats).
+    if isinstance(value, bool) or not isinstance(value, int):
         raise ModelSpecError('model', "config key '%s' must be an integer, got %r" % (key, value))
-    value = int(value)
     limit = DIM_LIMITS.get(key)
     if value <= 0 or (limit is not None and value > limit):
         raise ModelSpecError('model', "config key '%s' = %d is out of range (1..%s)"
                              % (key, value, limit if limit else 'inf'))
     return value
+
+
+def _count(cfg, key, default=0):
+    """An optional config count: absent, null, 0 or false -> ``default``; else an integer in
+    1..DIM_LIMITS[key] (ModelSpecError naming the key)."""
+    value = cfg.get(key)
+    if value is None or value is False or value == 0 and _is_plain_int(value):
+        return default
+    return _positive_int(cfg, key)
+
+
+def _is_plain_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _sliding_window(cfg):
+    """``sliding_window`` of a config: None (absent, null, 0) or a window in tokens."""
+    value = cfg.get('sliding_window')
+    if value is None or (_is_plain_int(value) and value == 0):
+        return None
+    return _positive_int(cfg, 'sliding_window')
 
 
 def _model_type(config, text):
@@ -183,7 +232,7 @@ def arch_dims(config):
         attn_sinks=is_gpt_oss,
     )
     # MLA (DeepSeek V2/V3/R1, Kimi K2 ...)
-    if text.get('kv_lora_rank'):
+    if _count(text, 'kv_lora_rank'):
         kw.update(
             kv_lora_rank=_positive_int(text, 'kv_lora_rank'),
             q_lora_rank=_positive_int(text, 'q_lora_rank', required=False),
@@ -191,18 +240,26 @@ def arch_dims(config):
             qk_rope_head_dim=_positive_int(text, 'qk_rope_head_dim'),
             v_head_dim=_positive_int(text, 'v_head_dim'),
         )
-    experts = (text.get('num_local_experts') or text.get('num_experts')
-               or text.get('n_routed_experts') or 0)
+    experts = 0
+    for key in ('num_local_experts', 'num_experts', 'n_routed_experts'):
+        if text.get(key) not in (None, 0, False):
+            experts = _positive_int({'num_experts': text[key]}, 'num_experts')
+            break
     if experts:
-        experts = _positive_int({'num_experts': experts}, 'num_experts')
         topk = _positive_int(text, 'num_experts_per_tok',
                              default=text.get('experts_per_token'))
+        if topk > experts:
+            raise ModelSpecError('model', "config key 'num_experts_per_tok' = %d is more than the "
+                                 "%d experts" % (topk, experts))
         # Mixtral and gpt-oss give the expert width as intermediate_size.
         moe_inter = text.get('moe_intermediate_size') or text.get('intermediate_size')
         moe_inter = _positive_int({'moe_intermediate_size': moe_inter}, 'moe_intermediate_size')
-        shared = int(text.get('n_shared_experts') or 0)
-        shared_inter = int(text.get('shared_expert_intermediate_size') or shared * moe_inter)
-        dense_layers = int(text.get('first_k_dense_replace') or 0)
+        shared = _count(text, 'n_shared_experts')
+        shared_inter = _count(text, 'shared_expert_intermediate_size', shared * moe_inter)
+        dense_layers = _count(text, 'first_k_dense_replace')
+        if dense_layers > layers:
+            raise ModelSpecError('model', "config key 'first_k_dense_replace' = %d is more than "
+                                 "the %d layers" % (dense_layers, layers))
         if text.get('decoder_sparse_step', 1) not in (1, None) or text.get('mlp_only_layers'):
             raise ModelSpecError('model', 'decoder_sparse_step / mlp_only_layers (MoE on some '
                                  'layers only) are not supported; give weight_bytes')
@@ -211,7 +268,7 @@ def arch_dims(config):
                   shared_expert_gate=bool(text.get('shared_expert_intermediate_size')),
                   dense_layers=dense_layers, router_bias=is_gpt_oss, expert_bias=is_gpt_oss,
                   router_score_bias=text.get('topk_method') == 'noaux_tc')
-        dense_inter = int(text.get('intermediate_size') or 0) if dense_layers else 0
+        dense_inter = _count(text, 'intermediate_size') if dense_layers else 0
         kw['intermediate'] = dense_inter if dense_layers else 0
     else:
         kw['intermediate'] = _positive_int(text, 'intermediate_size')
@@ -461,11 +518,14 @@ def layer_kinds_from_config(config):
     dims_layers = _positive_int(text, 'num_hidden_layers')
     mtype = _model_type(config, text)
     arch = _architecture(config, text)
-    window = text.get('sliding_window')
-    if text.get('kv_lora_rank'):
+    window = _sliding_window(text)
+    if _count(text, 'kv_lora_rank'):
         return [LAYER_MLA] * dims_layers, None, 'MLA on every layer'
     layer_types = text.get('layer_types')
     if layer_types:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise ModelSpecError('model', "config key 'layer_types' must be a list of strings, "
+                                 "got %s" % type(layer_types).__name__)
         if len(layer_types) != dims_layers:
             raise ModelSpecError('model', 'layer_types has %d entries for %d layers'
                                  % (len(layer_types), dims_layers))
@@ -475,10 +535,13 @@ def layer_kinds_from_config(config):
         if unknown:
             raise ModelSpecError('model', 'layer_types has unknown kinds %s' % unknown)
         kinds = [table[t] for t in layer_types]
+        if LAYER_SLIDING in kinds and window is None:
+            raise ModelSpecError('model', "layer_types has sliding layers but config key "
+                                 "'sliding_window' is missing")
         return kinds, (window if LAYER_SLIDING in kinds else None), 'from layer_types'
     if mtype.startswith('qwen') or arch.startswith('Qwen'):
         if text.get('use_sliding_window') and window:
-            first = int(text.get('max_window_layers', dims_layers))
+            first = _count(text, 'max_window_layers', dims_layers)
             return ([LAYER_FULL if i < first else LAYER_SLIDING for i in range(dims_layers)],
                     window, 'Qwen: sliding from layer max_window_layers=%d' % first)
         return [LAYER_FULL] * dims_layers, None, 'Qwen: use_sliding_window false'
@@ -489,7 +552,7 @@ def layer_kinds_from_config(config):
         return ([LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(dims_layers)],
                 window, 'Gemma2: even layers sliding')
     if mtype.startswith('gemma3') or arch.startswith('Gemma3'):
-        pattern = int(text.get('sliding_window_pattern') or 6)
+        pattern = _count(text, 'sliding_window_pattern', 6)
         # transformers Gemma3: is_sliding = bool((layer_idx + 1) % sliding_window_pattern)
         return ([LAYER_SLIDING if (i + 1) % pattern else LAYER_FULL
                  for i in range(dims_layers)],
@@ -542,6 +605,9 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
         if isinstance(weight_bytes, bool) or not isinstance(weight_bytes, int) or weight_bytes <= 0:
             raise ModelSpecError('weight_bytes', 'must be a positive integer number of bytes, '
                                  'got %r' % (weight_bytes,))
+        if weight_bytes > MAX_WEIGHT_BYTES:
+            raise ModelSpecError('weight_bytes', '%d B is more than any checkpoint holds (limit %d B)'
+                                 % (weight_bytes, MAX_WEIGHT_BYTES))
         note = weight_note or 'given'
         exact = bool(weight_bytes_exact)
     else:
@@ -565,11 +631,11 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
                      v_head_dim=dims.v_head_dim)
     if dims.dense_layers:
         extra['first_k_dense_replace'] = dims.dense_layers
-    if text.get('num_nextn_predict_layers'):
-        extra['mtp_layers_not_counted'] = int(text['num_nextn_predict_layers'])
-    if text.get('sliding_window_pattern'):
-        extra['sliding_window_pattern'] = int(text['sliding_window_pattern'])
-    return ModelSpec(
+    if _count(text, 'num_nextn_predict_layers'):
+        extra['mtp_layers_not_counted'] = _count(text, 'num_nextn_predict_layers')
+    if _count(text, 'sliding_window_pattern'):
+        extra['sliding_window_pattern'] = _count(text, 'sliding_window_pattern')
+    return check_spec(ModelSpec(
         name=str(name), source=source, architecture=dims.architecture,
         num_layers=dims.layers, hidden_size=dims.hidden,
         intermediate_size=dims.intermediate,
@@ -589,7 +655,7 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
         param_count=params, weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
         weight_bytes_note=note, quantization=scheme.name, replicated_bytes=replicated,
         extra=extra,
-    )
+    ))
 
 
 def spec_from_catalog(name):
