@@ -387,12 +387,42 @@ class QuantScheme:
     describe: str = ''
 
 
+QUANT_BITS = (2, 3, 4, 8)
+MAX_QUANT_GROUP = 1 << 16
+
+
+def _quant_int(qc, key, default, choices=None, low=1, high=MAX_QUANT_GROUP, where='quantization_config'):
+    """An integer field of a quantization config, type- and range-checked by name."""
+    value = qc.get(key, default)
+    name = '%s.%s' % (where, key)
+    if choices is not None:
+        if not _is_plain_int(value) or value not in choices:
+            raise ModelSpecError('model', '%s must be one of %s, got %r'
+                                 % (name, ', '.join(str(c) for c in choices), value))
+        return value
+    return check_int_range('model config', name, value, low, high)
+
+
+def _fp8_block(value, name):
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(_is_plain_int(v) and 1 <= v <= MAX_QUANT_GROUP for v in value)):
+        raise ModelSpecError('model', '%s must be two block sizes [rows, columns] in 1..%d, got %r'
+                             % (name, MAX_QUANT_GROUP, value))
+    return list(value)
+
+
 def quant_scheme(config, dtype_bytes=2):
-    """``QuantScheme`` from ``quantization_config`` (ModelSpecError when unsupported)."""
+    """``QuantScheme`` from ``quantization_config`` (ModelSpecError when unsupported or
+    when a field has a type or value no real checkpoint has)."""
     qc = config.get('quantization_config') or {}
     if not qc:
         return QuantScheme(None, dtype_bytes, describe='%d B/param (%s)' % (
             dtype_bytes, 'bf16/fp16' if dtype_bytes == 2 else 'fp32'))
+    if not isinstance(qc, dict):
+        raise ModelSpecError('model', 'quantization_config must be a dict, got %s' % type(qc).__name__)
+    if not isinstance(qc.get('quant_method', ''), str):
+        raise ModelSpecError('model', 'quantization_config.quant_method must be a string, got %r'
+                             % (qc.get('quant_method'),))
     method = str(qc.get('quant_method', '')).lower()
     if method == 'mxfp4':
         return QuantScheme('mxfp4', dtype_bytes, bits=4, group_size=32, scale_bytes=1,
@@ -401,15 +431,18 @@ def quant_scheme(config, dtype_bytes=2):
     if method == 'fp8':
         block = qc.get('weight_block_size')
         if block:
-            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+            block = _fp8_block(block, 'quantization_config.weight_block_size')
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=block, scale_bytes=4,
                                describe='FP8 linear weights (1 B) + fp32 scale per %dx%d block;'
                                         ' embeddings/lm_head/norms/router bf16' % tuple(block))
         return QuantScheme('fp8', dtype_bytes, bits=8, scale_bytes=4,
                            describe='FP8 linear weights (1 B) + one fp32 scale per tensor; '
                                     'embeddings/lm_head/norms bf16')
     if method in ('awq', 'gptq'):
-        bits = int(qc.get('bits', qc.get('w_bit', 4)))
-        group = int(qc.get('group_size', qc.get('q_group_size', 128)))
+        bits_key = 'bits' if 'bits' in qc else 'w_bit'
+        bits = _quant_int(qc, bits_key, 4, choices=QUANT_BITS)
+        group_key = 'group_size' if 'group_size' in qc else 'q_group_size'
+        group = _quant_int(qc, group_key, 128, low=-1)
         group = 0 if group < 0 else group
         if method == 'awq':
             zeros = bool(qc.get('zero_point', True))
@@ -434,14 +467,19 @@ def _compressed_tensors_scheme(qc, dtype_bytes):
     if not groups:
         raise ModelSpecError('model', 'compressed-tensors quantization_config has no '
                              'config_groups; pass weight_bytes with the model')
-    weights = (list(groups.values())[0] or {}).get('weights') or {}
-    bits = int(weights.get('num_bits', 8))
+    first = list(groups.values())[0] or {} if isinstance(groups, dict) else None
+    weights = (first.get('weights') or {}) if isinstance(first, dict) else None
+    if not isinstance(weights, dict):
+        raise ModelSpecError('model', 'quantization_config.config_groups must map group names to '
+                             'dicts with a weights dict')
+    where = 'quantization_config.config_groups.weights'
+    bits = _quant_int(weights, 'num_bits', 8, choices=QUANT_BITS, where=where)
     wtype = weights.get('type', 'float')
     strategy = weights.get('strategy', 'tensor')
     if bits == 8 and wtype == 'float':
         if strategy == 'block':
-            block = weights.get('block_structure') or [128, 128]
-            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+            block = _fp8_block(weights.get('block_structure') or [128, 128], where + '.block_structure')
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=block, scale_bytes=4,
                                describe='FP8 (compressed-tensors, block %s) + fp32 block scales'
                                         % (block,))
         per_channel = strategy == 'channel'
@@ -451,7 +489,8 @@ def _compressed_tensors_scheme(qc, dtype_bytes):
                                     'scale; embeddings/lm_head/norms bf16'
                                     % (strategy, 'per-channel' if per_channel else 'one'))
     if wtype == 'int' and bits in (4, 8):
-        group = int(weights.get('group_size') or 0)
+        group = _quant_int(weights, 'group_size', 0, low=-1, where=where) if weights.get('group_size') else 0
+        group = max(group, 0)
         zeros = not weights.get('symmetric', True)
         return QuantScheme('w4a16' if bits == 4 else 'w8a16', dtype_bytes, bits=bits,
                            group_size=group, zero_points=zeros, scale_bytes=dtype_bytes,
@@ -669,25 +708,109 @@ def spec_from_catalog(name):
                                source='catalog', weight_bytes_exact=weight_bytes is not None)
 
 
+def _refuse_constant(name):
+    raise ValueError('%s is not a JSON number' % name)
+
+
+def read_json_file(path, limit, what):
+    """The JSON value in ``path``: at most ``limit`` bytes, strict JSON (no NaN/Infinity),
+    bounded nesting. ModelSpecError says what is wrong, never what the file holds."""
+    try:
+        if not os.path.isfile(path):
+            raise ModelSpecError('model', '%s %s is not a regular file' % (what, path))
+        with open(path, 'rb') as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise ModelSpecError('model', '%s %s cannot be read: %s' % (what, path, exc.strerror or exc))
+    if len(raw) > limit:
+        raise ModelSpecError('model', '%s %s is larger than %d bytes; no real one is' % (what, path, limit))
+    return parse_json_bytes(raw, path, what)
+
+
+def parse_json_bytes(raw, path, what):
+    try:
+        return json.loads(raw.decode('utf-8'), parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise ModelSpecError('model', '%s %s is not valid JSON: not UTF-8 text' % (what, path))
+    except RecursionError:
+        raise ModelSpecError('model', '%s %s is not valid JSON: nested too deeply' % (what, path))
+    except ValueError as exc:
+        # json's messages give a position (line, column), never the text at it.
+        raise ModelSpecError('model', '%s %s is not valid JSON: %s' % (what, path, exc))
+
+
 def _safetensors_tensor_bytes(path):
-    """{tensor name: bytes} from one .safetensors header (the payload is not read)."""
-    size = os.path.getsize(path)
-    with open(path, 'rb') as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise ModelSpecError('model', '%s is not a safetensors file (shorter than 8 bytes)'
-                                 % path)
-        (header_len,) = struct.unpack('<Q', head)
-        if header_len + 8 > size:
-            raise ModelSpecError('model', '%s: safetensors header length %d exceeds the file '
-                                 'size %d' % (path, header_len, size))
-        try:
-            header = json.loads(handle.read(header_len).decode('utf-8'))
-            return dict((name, int(info['data_offsets'][1]) - int(info['data_offsets'][0]))
-                        for name, info in header.items() if name != '__metadata__')
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise ModelSpecError('model', '%s: safetensors header cannot be parsed: %s'
-                                 % (path, exc))
+    """{tensor name: bytes} from one .safetensors header (the payload is not read).
+
+    The header is checked against the format: its length within the file (and the format's
+    100 MB cap), a JSON object of tensors with a known dtype, a shape of sizes and data
+    offsets inside the payload whose span matches shape x dtype."""
+    what = 'safetensors file'
+    try:
+        size = os.path.getsize(path)
+        with open(path, 'rb') as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise ModelSpecError('model', '%s is not a safetensors file (shorter than 8 bytes)'
+                                     % path)
+            (header_len,) = struct.unpack('<Q', head)
+            if header_len + 8 > size or header_len > MAX_SAFETENSORS_HEADER:
+                # the number is the file's first 8 bytes: not repeated
+                raise ModelSpecError('model', '%s is not a safetensors file: its header length '
+                                     'exceeds the file size (%d bytes) or the format\'s %d-byte '
+                                     'cap' % (path, size, MAX_SAFETENSORS_HEADER))
+            raw = handle.read(header_len)
+    except OSError as exc:
+        raise ModelSpecError('model', '%s %s cannot be read: %s' % (what, path, exc.strerror or exc))
+    if not raw.lstrip()[:1] == b'{':
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed: not a JSON object'
+                             % path)
+    try:
+        header = parse_json_bytes(raw, path, 'safetensors header of')
+    except ModelSpecError as exc:
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed (%s)'
+                             % (path, str(exc).split(': ', 1)[-1]))
+    if not isinstance(header, dict):
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed: not a JSON object'
+                             % path)
+    payload = size - 8 - header_len
+    sizes = {}
+    for position, (name, info) in enumerate(header.items()):
+        if name == '__metadata__':
+            continue
+        sizes[name] = _tensor_span(path, position, info, payload)
+    return sizes
+
+
+def _tensor_span(path, position, info, payload):
+    """Bytes of one header entry, checked (tensors are named by position: names are content)."""
+    where = '%s: safetensors tensor #%d' % (path, position)
+    if not isinstance(info, dict):
+        raise ModelSpecError('model', '%s cannot be parsed: entry is not an object' % where)
+    dtype = info.get('dtype')
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise ModelSpecError('model', '%s has an unknown dtype (known: %s)'
+                             % (where, ', '.join(sorted(SAFETENSORS_DTYPES))))
+    shape, offsets = info.get('shape'), info.get('data_offsets')
+    if not isinstance(shape, list) or len(shape) > 16 or not all(
+            _is_plain_int(d) and 0 <= d <= 1 << 40 for d in shape):
+        raise ModelSpecError('model', '%s has a shape that is not a list of sizes' % where)
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(_is_plain_int(o) for o in offsets)):
+        raise ModelSpecError('model', '%s cannot be parsed: data_offsets must be [begin, end]' % where)
+    begin, end = offsets
+    if not 0 <= begin <= end <= payload:
+        raise ModelSpecError('model', '%s: data_offsets [%d, %d] lie outside the %d-byte payload '
+                             '(truncated or not a safetensors file)' % (where, begin, end, payload))
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    element_bytes = SAFETENSORS_DTYPES[dtype]
+    if element_bytes is not None and elements * element_bytes != end - begin:
+        raise ModelSpecError('model', '%s: shape %s x %d B (%s) = %d B, but its data_offsets span '
+                             '%d B' % (where, shape, element_bytes, dtype, elements * element_bytes,
+                                       end - begin))
+    return end - begin
 
 
 # Decoder-layer tensors: model.layers.N., language_model.model.layers.N., ...
@@ -706,13 +829,45 @@ def _not_loaded(name, dims):
 
 
 def _read_index(index_path):
-    try:
-        with open(index_path) as handle:
-            index = json.load(handle)
-        return ((index.get('metadata') or {}).get('total_size'),
-                dict(index.get('weight_map') or {}))
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ModelSpecError('model', '%s cannot be read: %s' % (index_path, exc))
+    """(metadata.total_size or None, weight_map) of a safetensors index, both checked: the
+    total is a byte count no checkpoint exceeds, the map names plain shard file names."""
+    index = read_json_file(index_path, MAX_INDEX_BYTES, 'safetensors index')
+    if not isinstance(index, dict):
+        raise ModelSpecError('model', '%s must hold a JSON object' % index_path)
+    metadata = index.get('metadata') or {}
+    weight_map = index.get('weight_map') or {}
+    if not isinstance(metadata, dict) or not isinstance(weight_map, dict):
+        raise ModelSpecError('model', '%s: metadata and weight_map must be objects' % index_path)
+    total = metadata.get('total_size')
+    if total is not None:
+        check_int_range(index_path, 'metadata.total_size', total, 1, MAX_WEIGHT_BYTES)
+    files = set(weight_map.values())
+    bad = [f for f in files if not isinstance(f, str) or os.path.basename(f) != f
+           or f in ('.', '..') or not f.endswith('.safetensors')]
+    if bad:
+        raise ModelSpecError('model', '%s: weight_map must name .safetensors files in the model '
+                             'directory (%d entries do not)' % (index_path, len(bad)))
+    if len(files) > MAX_SHARDS:
+        raise ModelSpecError('model', '%s: weight_map names %d files; no checkpoint has more than '
+                             '%d shards' % (index_path, len(files), MAX_SHARDS))
+    return total, dict(weight_map)
+
+
+def _missing_shards(files):
+    """Shard files (name-0000i-of-0000n.safetensors) whose siblings are absent."""
+    missing = []
+    for name in files:
+        match = SHARD_NAME_RE.match(name)
+        if not match:
+            continue
+        count = int(match.group('count'))
+        if not 1 <= count <= MAX_SHARDS:
+            raise ModelSpecError('model', 'shard file name claims %d shards (1..%d)' % (count, MAX_SHARDS))
+        for i in range(1, count + 1):
+            sibling = '%s-%05d-of-%05d.safetensors' % (match.group('stem'), i, count)
+            if sibling not in files and sibling not in missing:
+                missing.append(sibling)
+    return sorted(missing)
 
 
 def _as_loaded(stored, note, config):
@@ -732,7 +887,18 @@ def _model_dir_weight_bytes(path, config):
     files = sorted(f for f in os.listdir(path) if f.endswith('.safetensors'))
     if len(files) > 1 and MISTRAL_CONSOLIDATED in files:
         files.remove(MISTRAL_CONSOLIDATED)
-    shards_complete = set(weight_map.values()) <= set(files)
+    if len(files) > MAX_SHARDS:
+        raise ModelSpecError('model', 'model directory %s holds %d .safetensors files; no checkpoint '
+                             'has more than %d shards' % (path, len(files), MAX_SHARDS))
+    absent = sorted(set(weight_map.values()) - set(files))
+    absent += [f for f in _missing_shards(files) if f not in absent]
+    shards_complete = not absent
+    if files and absent and total is None:
+        # Summing the shards present would size a fraction of the model as the whole.
+        raise ModelSpecError('model', 'model directory %s is incomplete: %d shard(s) missing (%s%s) '
+                             'and no %s metadata.total_size to size it from; complete the '
+                             'download' % (path, len(absent), ', '.join(absent[:4]),
+                                           ', ...' if len(absent) > 4 else '', SAFETENSORS_INDEX))
     if files and shards_complete:
         loaded = 0
         skipped = {}
@@ -750,6 +916,9 @@ def _model_dir_weight_bytes(path, config):
     if total is not None:
         weight_bytes = int(total)
         note = '%s metadata.total_size' % SAFETENSORS_INDEX
+        if files and absent:
+            note += (' (%d of the shards it names are not in the directory: %s%s)'
+                     % (len(absent), ', '.join(absent[:4]), ', ...' if len(absent) > 4 else ''))
         if dims.tie and any(t in weight_map for t in TIED_HEAD_NAMES):
             head = dims.vocab * dims.hidden * _dtype_bytes(config)
             weight_bytes -= head
@@ -769,14 +938,10 @@ def spec_from_model_dir(path):
     present (tensors vLLM skips are left out and named in the note), else the index's
     metadata.total_size, else computed from the dimensions."""
     config_path = os.path.join(path, 'config.json')
-    try:
-        with open(config_path) as handle:
-            config = json.load(handle)
-    except OSError as exc:
-        raise ModelSpecError('model', 'model directory %s has no readable config.json: %s'
-                             % (path, exc))
-    except ValueError as exc:
-        raise ModelSpecError('model', '%s is not valid JSON: %s' % (config_path, exc))
+    if not os.path.isfile(config_path):
+        raise ModelSpecError('model', 'model directory %s has no readable config.json (no such '
+                             'regular file)' % path)
+    config = read_json_file(config_path, MAX_CONFIG_BYTES, 'config')
     if not isinstance(config, dict):
         raise ModelSpecError('model', '%s must hold a JSON object' % config_path)
     name = os.path.basename(os.path.normpath(path))
