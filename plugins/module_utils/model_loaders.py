@@ -952,15 +952,55 @@ def spec_from_model_dir(path):
 
 # ---------------------------------------------------------------- GGUF
 
+# Ranges of the GGUF keys read ({arch}.<key>), from model_spec.GEOMETRY_LIMITS. Zero is
+# allowed where llama.cpp reads it as "none" (no KV heads on a recurrent layer, no window).
+_G = GEOMETRY_LIMITS
+GGUF_KEY_LIMITS = {
+    'block_count': _G['num_layers'], 'embedding_length': _G['hidden_size'],
+    'attention.head_count': (0, _G['num_attention_heads'][1]),
+    'attention.head_count_kv': _G['num_kv_heads'],
+    'attention.key_length': _G['head_dim'], 'attention.value_length': _G['head_dim'],
+    'feed_forward_length': _G['intermediate_size'],
+    'attention.sliding_window': (0, _G['sliding_window'][1]),
+    'attention.sliding_window_pattern': (0, _G['num_layers'][1]),
+    'vocab_size': _G['vocab_size'], 'context_length': _G['max_position_embeddings'],
+    'attention.kv_lora_rank': (0, _G['kv_lora_rank'][1]),
+    'rope.dimension_count': (0, _G['qk_rope_head_dim'][1]),
+    'expert_count': _G['num_experts'], 'expert_used_count': _G['num_experts_per_tok'],
+    'expert_feed_forward_length': _G['moe_intermediate_size'],
+    'expert_shared_count': _G['num_shared_experts'],
+}
+
+
 def _gguf_int(summary, key, default=None, required=True):
-    value = summary.get(key, default)
+    """An integer (or per-layer list of integers) GGUF key, type- and range-checked by name."""
+    value = summary.get(key)
+    if value is None and key in summary.array_lengths:
+        raise ModelSpecError('model', '%s: GGUF key %s is an array of %d entries; no model has '
+                             'that many layers' % (summary.path, key, summary.array_lengths[key]))
+    if value is None:
+        value = default
     if value is None:
         if required:
             raise ModelSpecError('model', '%s: GGUF key %s is missing' % (summary.path, key))
         return None
+    low, high = GGUF_KEY_LIMITS.get(key.split('.', 1)[-1], (0, 1 << 62))
+    what = '%s: GGUF key' % summary.path
     if isinstance(value, list):
-        return [int(v) for v in value]
-    return int(value)
+        return [check_int_range(what, key, v, low, high) for v in value]
+    return check_int_range(what, key, value, low, high)
+
+
+def _gguf_scalar(summary, key, default=None, required=True, low=None):
+    """One integer GGUF key (not a per-layer list), at least ``low`` when given."""
+    value = _gguf_int(summary, key, default=default, required=required)
+    if isinstance(value, list):
+        raise ModelSpecError('model', '%s: GGUF key %s must be one integer, not a list'
+                             % (summary.path, key))
+    if value is not None and low is not None and value < low:
+        raise ModelSpecError('model', '%s: GGUF key %s = %d is out of range (>= %d)'
+                             % (summary.path, key, value, low))
+    return value
 
 
 def _per_layer(value, n_layer, key):
@@ -983,11 +1023,17 @@ def _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary):
     kinds = [LAYER_FULL if kv else LAYER_NO_KV for kv in kv_heads]
     if not window:
         return kinds
-    pattern = summary.get('%s.attention.sliding_window_pattern' % arch)
+    pattern_key = '%s.attention.sliding_window_pattern' % arch
+    pattern = summary.get(pattern_key)
     if isinstance(pattern, list):
+        # per layer, bool (or 0/1) each
+        if not all(isinstance(p, (bool, int)) for p in pattern):
+            raise ModelSpecError('model', '%s: GGUF key %s must list booleans' % (summary.path, pattern_key))
         sliding = [bool(p) for p in _per_layer(pattern, n_layer, 'sliding_window_pattern')]
     else:
-        period = int(pattern) if pattern else GGUF_SWA_PATTERN.get(arch, 1)
+        if pattern is not None:
+            pattern = _gguf_int(summary, pattern_key)
+        period = pattern if pattern else GGUF_SWA_PATTERN.get(arch, 1)
         sliding = [(i % period) < period - 1 if period > 1 else True for i in range(n_layer)]
     return [LAYER_SLIDING if (s and k == LAYER_FULL) else k for s, k in zip(sliding, kinds)]
 
@@ -998,23 +1044,36 @@ def spec_from_gguf(path):
     arch = summary.get('general.architecture')
     if not arch:
         raise ModelSpecError('model', '%s: GGUF key general.architecture is missing' % path)
+    if not isinstance(arch, str) or not re.match(r'^[A-Za-z0-9_.-]{1,64}$', arch):
+        raise ModelSpecError('model', '%s: GGUF key general.architecture is not an architecture '
+                             'name' % path)
     a = arch + '.'
-    n_layer = _gguf_int(summary, a + 'block_count')
-    n_embd = _gguf_int(summary, a + 'embedding_length')
+    n_layer = _gguf_scalar(summary, a + 'block_count')
+    n_embd = _gguf_scalar(summary, a + 'embedding_length')
     n_head = _gguf_int(summary, a + 'attention.head_count')
-    head_max = max(n_head) if isinstance(n_head, list) else n_head
+    heads = _per_layer(n_head, n_layer, a + 'attention.head_count')
+    head_max = max(heads)
+    if head_max < 1:
+        raise ModelSpecError('model', '%s: GGUF key %sattention.head_count is 0 on every layer'
+                             % (path, a))
     kv_raw = _gguf_int(summary, a + 'attention.head_count_kv', default=n_head)
     kv_heads = _per_layer(kv_raw, n_layer, a + 'attention.head_count_kv')
-    key_length = _gguf_int(summary, a + 'attention.key_length', default=n_embd // head_max)
-    value_length = _gguf_int(summary, a + 'attention.value_length', default=n_embd // head_max)
+    for layer, (kv, head) in enumerate(zip(kv_heads, heads)):
+        if kv > head or (kv and head % kv):
+            raise ModelSpecError('model', '%s: layer %d has %d KV heads for %d attention heads '
+                                 '(GGUF keys %sattention.head_count_kv / head_count); KV heads '
+                                 'must divide the heads' % (path, layer, kv, head, a))
+    key_length = _gguf_scalar(summary, a + 'attention.key_length', default=n_embd // head_max, low=1)
+    value_length = _gguf_scalar(summary, a + 'attention.value_length', default=n_embd // head_max,
+                                low=1)
     ffn = _gguf_int(summary, a + 'feed_forward_length', default=0, required=False) or 0
     ffn = max(ffn) if isinstance(ffn, list) else ffn
-    window = _gguf_int(summary, a + 'attention.sliding_window', required=False)
+    window = _gguf_scalar(summary, a + 'attention.sliding_window', required=False)
     tensors = summary.tensors
     by_name = dict((t.name, t) for t in tensors)
-    vocab = (_gguf_int(summary, a + 'vocab_size', required=False)
+    vocab = (_gguf_scalar(summary, a + 'vocab_size', required=False)
              or summary.array_lengths.get('tokenizer.ggml.tokens'))
-    if not vocab and 'token_embd.weight' in by_name:
+    if not vocab and 'token_embd.weight' in by_name and len(by_name['token_embd.weight'].shape) > 1:
         vocab = by_name['token_embd.weight'].shape[1]
     if not vocab:
         raise ModelSpecError('model', '%s: vocabulary size not found (no %svocab_size, '
@@ -1034,6 +1093,9 @@ def spec_from_gguf(path):
     tied = 'output.weight' not in by_name
     file_type = summary.get('general.file_type')
     file_type_name = None
+    if file_type is not None and (isinstance(file_type, bool) or not isinstance(file_type, int)
+                                  or not 0 <= file_type < 1 << 16):
+        raise ModelSpecError('model', '%s: GGUF key general.file_type must be a small integer' % path)
     if file_type is not None:
         try:
             file_type_name = gguf_reader.gguf.LlamaFileType(int(file_type)).name
@@ -1045,32 +1107,33 @@ def spec_from_gguf(path):
         value_length=value_length, kv_heads_per_layer=kv_heads, n_tensors=len(tensors),
         split_files=list(summary.files) if len(summary.files) > 1 else [])
     kinds = _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary)
-    kv_lora = _gguf_int(summary, a + 'attention.kv_lora_rank', required=False)
-    rope_dim = _gguf_int(summary, a + 'rope.dimension_count', required=False)
-    experts = _gguf_int(summary, a + 'expert_count', default=0, required=False) or 0
-    name = summary.get('general.name') or os.path.basename(path)
-    return ModelSpec(
+    kv_lora = _gguf_scalar(summary, a + 'attention.kv_lora_rank', required=False) or None
+    rope_dim = _gguf_scalar(summary, a + 'rope.dimension_count', required=False) or None
+    experts = _gguf_scalar(summary, a + 'expert_count', default=0, required=False) or 0
+    name = summary.get('general.name')
+    name = name if isinstance(name, str) and name.strip() else os.path.basename(path)
+    return check_spec(ModelSpec(
         name=str(name), source='gguf', architecture=str(arch), num_layers=n_layer,
         hidden_size=n_embd, intermediate_size=ffn, num_attention_heads=head_max,
         num_kv_heads=max(kv_heads), head_dim=key_length, vocab_size=int(vocab),
-        max_position_embeddings=_gguf_int(summary, a + 'context_length', default=4096),
+        max_position_embeddings=_gguf_scalar(summary, a + 'context_length', default=4096, low=1),
         tie_word_embeddings=tied, dtype_bytes=2, layer_kinds=kinds,
         sliding_window=window if LAYER_SLIDING in kinds else None,
         kv_lora_rank=kv_lora, qk_rope_head_dim=rope_dim if kv_lora else None,
         num_experts=experts,
-        num_experts_per_tok=_gguf_int(summary, a + 'expert_used_count', default=0,
-                                      required=False) or 0,
-        moe_intermediate_size=_gguf_int(summary, a + 'expert_feed_forward_length', default=0,
+        num_experts_per_tok=_gguf_scalar(summary, a + 'expert_used_count', default=0,
+                                         required=False) or 0,
+        moe_intermediate_size=_gguf_scalar(summary, a + 'expert_feed_forward_length', default=0,
+                                           required=False) or 0,
+        num_shared_experts=_gguf_scalar(summary, a + 'expert_shared_count', default=0,
                                         required=False) or 0,
-        num_shared_experts=_gguf_int(summary, a + 'expert_shared_count', default=0,
-                                     required=False) or 0,
         param_count=sum(t.n_elements for t in tensors),
         weight_bytes=sum(t.n_bytes for t in tensors), weight_bytes_exact=True,
         weight_bytes_note='sum of GGUF tensor sizes (%d tensors, %d file(s))'
                           % (len(tensors), len(summary.files)),
         quantization='gguf', gguf=layout,
         extra={'file_type': file_type_name, 'gguf_path': summary.path},
-    )
+    ))
 
 
 # ---------------------------------------------------------------- resolve
@@ -1090,7 +1153,7 @@ def resolve_model(model):
     """ModelSpec from a catalog name/alias, an HF config dict (optional ``weight_bytes``),
     a model directory or a ``.gguf`` path."""
     if isinstance(model, ModelSpec):
-        return model
+        return check_spec(model)
     if isinstance(model, dict):
         config = dict(model)
         weight_bytes = config.pop('weight_bytes', None)
