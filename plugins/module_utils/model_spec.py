@@ -31,9 +31,10 @@ LAYER_KINDS = (LAYER_FULL, LAYER_SLIDING, LAYER_MLA, LAYER_NO_KV)
 # Ranges of every geometry figure a ModelSpec carries: (lowest, highest). Beyond these a
 # figure is a typo, a wrong file or an attack, not a model (the largest open models have
 # 126 layers, hidden 16384/18432, 256k vocabularies, 1M-token contexts and a few hundred
-# experts); they also bound the planners' work, which grows with layers and experts.
+# experts); they also bound the planners' work, which grows with the square of the layer
+# count (llama.cpp layer placement tries every -ngl).
 GEOMETRY_LIMITS = {
-    'num_layers': (1, 1024),
+    'num_layers': (1, 256),
     'hidden_size': (1, 131072),
     'intermediate_size': (0, 1 << 20),
     'num_attention_heads': (1, 4096),

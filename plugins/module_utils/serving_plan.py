@@ -42,9 +42,11 @@ ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
 MAX_CONCURRENCY = 100000
 GPU_KEYS = ('index', 'name', 'memory_total')
-# Bounds on the GPU list: no node has more GPUs, no GPU more memory (the largest cards hold
-# a few hundred GB); beyond these the facts are wrong, not a machine.
-MAX_GPUS = 128
+# Bounds on the GPU list: llama.cpp drives at most 16 devices (GGML_CUDA_MAX_DEVICES in
+# ggml/include/ggml-cuda.h), vLLM's tensor parallelism here at most 8, and no GPU has more
+# memory than the bound (the largest cards hold a few hundred GB); beyond these the facts
+# are wrong, not a machine. They also bound the planners' work.
+MAX_GPUS = 16
 MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
 COMPUTE_CAPABILITY_RE = re.compile(r'^\d{1,2}(\.\d{1,2})?$')
 
