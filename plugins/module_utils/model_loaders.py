@@ -117,7 +117,10 @@ def _architecture(config, text):
 
 
 def _positive_int(cfg, key, default=None, required=True):
-    value = cfg.get(key, default)
+    value = cfg.get(key)
+    if value is None:
+        # absent or null (configs write "head_dim": null): the default, if there is one
+        value = default
     if value is None:
         if required:
             raise ModelSpecError('model', "config key '%s' is missing" % key)
