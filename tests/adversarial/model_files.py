@@ -122,7 +122,7 @@ SMALL_LLAMA = dict(TINY_LLAMA, num_hidden_layers=4, hidden_size=512, intermediat
 
 
 def gpu(index=0, total=48 * GiB, name='NVIDIA RTX A6000', **extra):
-    entry = dict(index=index, uuid='GPU-%d' % index, name=name, memory_total=total, memory_used=0,
+    entry = dict(index=index, uuid='GPU-%s' % (index,), name=name, memory_total=total, memory_used=0,
                  memory_free=total, compute_capability='8.6')
     entry.update(extra)
     return entry
