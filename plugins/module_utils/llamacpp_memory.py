@@ -830,6 +830,11 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                                  'cache_type_v: f16' % (ctype_v, backend_version))
     no_kv_offload = bool(_bool_knob(knobs, 'no_kv_offload'))
     reserve = _int_knob(knobs, 'vram_reserve_bytes', 0, 1 << 50, DEFAULT_VRAM_RESERVE_BYTES)
+    for position, gpu in enumerate(gpus):
+        if reserve >= gpu['memory_total']:
+            raise PlanInputError('vram_reserve_bytes', 'the reserve %s is all of GPU %s (%s total): '
+                                 'nothing is left to plan with' % (
+                                     fmt_bytes(reserve), gpu.get('index', position), fmt_bytes(gpu['memory_total'])))
     split_fractions = _tensor_split_knob(knobs, len(gpus))
     gpu_layers_knob = _int_knob(knobs, 'gpu_layers', -1, n_layer + 1)
     if knobs.get('gpu_layers') is not None and gpu_layers_knob == -1:

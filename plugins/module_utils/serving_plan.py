@@ -48,6 +48,7 @@ GPU_KEYS = ('index', 'name', 'memory_total')
 # are wrong, not a machine. They also bound the planners' work.
 MAX_GPUS = 16
 MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
+MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, not bytes
 COMPUTE_CAPABILITY_RE = re.compile(r'^\d{1,2}(\.\d{1,2})?$')
 
 # Option types of the engine knobs (the module's argument spec, less the required inputs).
@@ -157,6 +158,9 @@ def check_gpu(position, gpu):
     if not _is_int(total) or total <= 0:
         raise PlanInputError(where + '.memory_total',
                              'must be a positive number of bytes, got %r' % (total,))
+    if total < MIN_GPU_MEMORY_BYTES:
+        raise PlanInputError(where + '.memory_total', '%d B is less than any GPU that serves a model '
+                             'has (%d B); the value is not in bytes (MiB?)' % (total, MIN_GPU_MEMORY_BYTES))
     if total > MAX_GPU_MEMORY_BYTES:
         raise PlanInputError(where + '.memory_total', '%d B is more than any GPU has (limit %d B); '
                              'the value is not in bytes or not a GPU' % (total, MAX_GPU_MEMORY_BYTES))
