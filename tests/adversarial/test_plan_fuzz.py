@@ -129,7 +129,7 @@ def check_sound(plan):
        prompt=maybe_junk(st.integers(1, 1 << 17)), output=maybe_junk(st.integers(1, 1 << 14)),
        concurrency=maybe_junk(st.integers(1, 512)), fail_on_infeasible=st.booleans())
 def test_serving_plan_refuses_by_field_or_returns_a_sound_plan(model, gpus, engine, prompt, output,
-                                                              concurrency, fail_on_infeasible):
+                                                               concurrency, fail_on_infeasible):
     backend, version, knobs = engine
     params = dict(backend=backend, backend_version=version, model=model, gpus=gpus,
                   prompt_tokens_p99=prompt, max_output_tokens=output, max_concurrency=concurrency,
@@ -158,7 +158,7 @@ BOUNDARY_GPUS = [[], [{'index': 0, 'name': 'x', 'memory_total': 1}],
        engine=st.sampled_from([('vllm', '0.10.1.1', {}), ('vllm', '0.33.0', {}),
                                ('llama.cpp', 'b6327', {'quantization': 'Q4_K_M'})]))
 def test_boundary_traffic_and_gpus_are_planned_soundly_or_refused(gpus, model, prompt, output, concurrency,
-                                                                 engine):
+                                                                  engine):
     backend, version, knobs = engine
     result = serving_plan_result(dict(backend=backend, backend_version=version, model=model, gpus=gpus,
                                       prompt_tokens_p99=prompt, max_output_tokens=output,

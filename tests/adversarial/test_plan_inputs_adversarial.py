@@ -8,6 +8,7 @@ in the pure function, through the module entry point and through the action plug
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -109,7 +110,7 @@ def test_the_sound_baseline_plans():
 
 
 def json_safe(overrides):
-    return all(not (isinstance(v, float) and v != v) for v in overrides.values())
+    return all(not (isinstance(v, float) and math.isnan(v)) for v in overrides.values())
 
 
 MODULE_CASES = [case for case in BAD_INPUTS if json_safe(case[1])]
