@@ -82,10 +82,10 @@ def hostile_cases(folder):
         handle.write(b'GGUF' + (3).to_bytes(4, 'little') + (1 << 60).to_bytes(8, 'little')
                      + (1 << 60).to_bytes(8, 'little') + b'\0' * 40000)
     deep_model = dict(small, num_hidden_layers=256)
+    million = write_gguf(folder, 1000000, 42 * 1024)
     return [
         ('baseline: catalog 8B, vLLM, 1 GPU', params('meta-llama/Llama-3.1-8B-Instruct')),
-        ('42 KB GGUF claiming 1,000,000 blocks', params(write_gguf(folder, 1000000, 42 * 1024),
-                                                       'llama.cpp', 'b6327')),
+        ('42 KB GGUF claiming 1,000,000 blocks', params(million, 'llama.cpp', 'b6327')),
         ('GGUF header claiming 2^60 tensors and keys', params(counts, 'llama.cpp', 'b6327')),
         ('config.json of 64 MiB', params(huge_dir)),
         ('config.json nested 500,000 deep', params(deep_dir)),
