@@ -23,6 +23,7 @@ Facts that depend on the engine build come from ``llamacpp_profile``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -648,7 +649,7 @@ def _int_knob(knobs, name, low, high, default=None):
         raise PlanInputError(name, 'must be an integer, got %r' % (value,))
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PlanInputError(name, 'must be an integer, got %r' % (value,))
     if number != value and str(number) != str(value).strip():
         raise PlanInputError(name, 'must be a whole number, got %r' % (value,))
@@ -695,6 +696,8 @@ def _tensor_split_knob(knobs, n_gpus):
         raise PlanInputError('tensor_split', 'must be a list of numbers, got %r' % (value,))
     if len(fractions) != n_gpus:
         raise PlanInputError('tensor_split', 'has %d entries for %d GPUs' % (len(fractions), n_gpus))
+    if not all(math.isfinite(f) for f in fractions):
+        raise PlanInputError('tensor_split', 'entries must be finite numbers, got %r' % (fractions,))
     if any(f < 0 for f in fractions) or sum(fractions) <= 0:
         raise PlanInputError('tensor_split', 'entries must be >= 0 with a positive sum, got %r'
                              % (fractions,))
@@ -827,6 +830,11 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                                  'cache_type_v: f16' % (ctype_v, backend_version))
     no_kv_offload = bool(_bool_knob(knobs, 'no_kv_offload'))
     reserve = _int_knob(knobs, 'vram_reserve_bytes', 0, 1 << 50, DEFAULT_VRAM_RESERVE_BYTES)
+    for position, gpu in enumerate(gpus):
+        if reserve >= gpu['memory_total']:
+            raise PlanInputError('vram_reserve_bytes', 'the reserve %s is all of GPU %s (%s total): '
+                                 'nothing is left to plan with' % (
+                                     fmt_bytes(reserve), gpu.get('index', position), fmt_bytes(gpu['memory_total'])))
     split_fractions = _tensor_split_knob(knobs, len(gpus))
     gpu_layers_knob = _int_knob(knobs, 'gpu_layers', -1, n_layer + 1)
     if knobs.get('gpu_layers') is not None and gpu_layers_knob == -1:

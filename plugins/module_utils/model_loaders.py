@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec, ModelSpecError)
+    GEOMETRY_LIMITS, GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
+    MAX_WEIGHT_BYTES, ModelSpec, ModelSpecError, check_int_range, check_spec)
 from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import (
     CATALOG, ALIASES)
@@ -38,12 +39,39 @@ DTYPE_BYTES = {'bfloat16': 2, 'float16': 2, 'half': 2, 'float32': 4, 'float': 4}
 # vLLM's dtype=auto runs fp32 checkpoints in fp16/bf16: resident weights are 2 B/param.
 LOADED_FLOAT_BYTES = 2
 
-# Sanity bounds: a value outside these is a typo or a wrong file, not a model.
+# Sanity bounds (model_spec.GEOMETRY_LIMITS, by config.json key): a value outside these is
+# a typo or a wrong file, not a model.
+_LIMIT = dict((key, GEOMETRY_LIMITS[key][1]) for key in GEOMETRY_LIMITS)
 DIM_LIMITS = {
-    'num_hidden_layers': 1024, 'hidden_size': 131072, 'intermediate_size': 1 << 20,
-    'num_attention_heads': 4096, 'num_key_value_heads': 4096, 'head_dim': 4096,
-    'vocab_size': 16 * 1024 * 1024, 'max_position_embeddings': 1 << 27,
+    'num_hidden_layers': _LIMIT['num_layers'], 'hidden_size': _LIMIT['hidden_size'],
+    'intermediate_size': _LIMIT['intermediate_size'],
+    'num_attention_heads': _LIMIT['num_attention_heads'],
+    'num_key_value_heads': _LIMIT['num_kv_heads'], 'head_dim': _LIMIT['head_dim'],
+    'vocab_size': _LIMIT['vocab_size'], 'max_position_embeddings': _LIMIT['max_position_embeddings'],
+    'sliding_window': _LIMIT['sliding_window'], 'kv_lora_rank': _LIMIT['kv_lora_rank'],
+    'q_lora_rank': _LIMIT['kv_lora_rank'], 'qk_nope_head_dim': _LIMIT['head_dim'],
+    'qk_rope_head_dim': _LIMIT['qk_rope_head_dim'], 'v_head_dim': _LIMIT['head_dim'],
+    'num_experts': _LIMIT['num_experts'], 'num_experts_per_tok': _LIMIT['num_experts_per_tok'],
+    'moe_intermediate_size': _LIMIT['moe_intermediate_size'],
+    'n_shared_experts': _LIMIT['num_shared_experts'],
+    'shared_expert_intermediate_size': _LIMIT['intermediate_size'],
+    'first_k_dense_replace': _LIMIT['num_layers'], 'max_window_layers': _LIMIT['num_layers'],
+    'sliding_window_pattern': _LIMIT['num_layers'],
+    'num_nextn_predict_layers': _LIMIT['num_layers'],
 }
+# What a config.json / index file / safetensors header may be: real ones are kilobytes
+# (an index of 100k tensors about 10 MB; the safetensors format caps headers at 100 MB).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+MAX_SAFETENSORS_HEADER = 100 * 1000 * 1000
+MAX_SHARDS = 4096
+# safetensors dtypes and their bytes per element (None: sub-byte, size not checked).
+SAFETENSORS_DTYPES = {
+    'BOOL': 1, 'U8': 1, 'I8': 1, 'F8_E5M2': 1, 'F8_E4M3': 1, 'F8_E8M0': 1, 'I16': 2, 'U16': 2,
+    'F16': 2, 'BF16': 2, 'I32': 4, 'U32': 4, 'F32': 4, 'F64': 8, 'I64': 8, 'U64': 8,
+    'F4': None, 'F6_E2M3': None, 'F6_E3M2': None,
+}
+SHARD_NAME_RE = re.compile(r'^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.safetensors$')
 
 GGUF_SUFFIX = '.gguf'
 SAFETENSORS_INDEX = 'model.safetensors.index.json'
@@ -89,19 +117,43 @@ def _architecture(config, text):
 
 
 def _positive_int(cfg, key, default=None, required=True):
-    value = cfg.get(key, default)
+    value = cfg.get(key)
+    if value is None:
+        # absent or null (configs write "head_dim": null): the default, if there is one
+        value = default
     if value is None:
         if required:
             raise ModelSpecError('model', "config key '%s' is missing" % key)
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    # bool is an int in Python and a float is no count (NaN and Infinity parse as floats).
+    if isinstance(value, bool) or not isinstance(value, int):
         raise ModelSpecError('model', "config key '%s' must be an integer, got %r" % (key, value))
-    value = int(value)
     limit = DIM_LIMITS.get(key)
     if value <= 0 or (limit is not None and value > limit):
         raise ModelSpecError('model', "config key '%s' = %d is out of range (1..%s)"
                              % (key, value, limit if limit else 'inf'))
     return value
+
+
+def _count(cfg, key, default=0):
+    """An optional config count: absent, null, 0 or false -> ``default``; else an integer in
+    1..DIM_LIMITS[key] (ModelSpecError naming the key)."""
+    value = cfg.get(key)
+    if value is None or value is False or value == 0 and _is_plain_int(value):
+        return default
+    return _positive_int(cfg, key)
+
+
+def _is_plain_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _sliding_window(cfg):
+    """``sliding_window`` of a config: None (absent, null, 0) or a window in tokens."""
+    value = cfg.get('sliding_window')
+    if value is None or (_is_plain_int(value) and value == 0):
+        return None
+    return _positive_int(cfg, 'sliding_window')
 
 
 def _model_type(config, text):
@@ -183,7 +235,7 @@ def arch_dims(config):
         attn_sinks=is_gpt_oss,
     )
     # MLA (DeepSeek V2/V3/R1, Kimi K2 ...)
-    if text.get('kv_lora_rank'):
+    if _count(text, 'kv_lora_rank'):
         kw.update(
             kv_lora_rank=_positive_int(text, 'kv_lora_rank'),
             q_lora_rank=_positive_int(text, 'q_lora_rank', required=False),
@@ -191,18 +243,26 @@ def arch_dims(config):
             qk_rope_head_dim=_positive_int(text, 'qk_rope_head_dim'),
             v_head_dim=_positive_int(text, 'v_head_dim'),
         )
-    experts = (text.get('num_local_experts') or text.get('num_experts')
-               or text.get('n_routed_experts') or 0)
+    experts = 0
+    for key in ('num_local_experts', 'num_experts', 'n_routed_experts'):
+        if text.get(key) not in (None, 0, False):
+            experts = _positive_int({'num_experts': text[key]}, 'num_experts')
+            break
     if experts:
-        experts = _positive_int({'num_experts': experts}, 'num_experts')
         topk = _positive_int(text, 'num_experts_per_tok',
                              default=text.get('experts_per_token'))
+        if topk > experts:
+            raise ModelSpecError('model', "config key 'num_experts_per_tok' = %d is more than the "
+                                 "%d experts" % (topk, experts))
         # Mixtral and gpt-oss give the expert width as intermediate_size.
         moe_inter = text.get('moe_intermediate_size') or text.get('intermediate_size')
         moe_inter = _positive_int({'moe_intermediate_size': moe_inter}, 'moe_intermediate_size')
-        shared = int(text.get('n_shared_experts') or 0)
-        shared_inter = int(text.get('shared_expert_intermediate_size') or shared * moe_inter)
-        dense_layers = int(text.get('first_k_dense_replace') or 0)
+        shared = _count(text, 'n_shared_experts')
+        shared_inter = _count(text, 'shared_expert_intermediate_size', shared * moe_inter)
+        dense_layers = _count(text, 'first_k_dense_replace')
+        if dense_layers > layers:
+            raise ModelSpecError('model', "config key 'first_k_dense_replace' = %d is more than "
+                                 "the %d layers" % (dense_layers, layers))
         if text.get('decoder_sparse_step', 1) not in (1, None) or text.get('mlp_only_layers'):
             raise ModelSpecError('model', 'decoder_sparse_step / mlp_only_layers (MoE on some '
                                  'layers only) are not supported; give weight_bytes')
@@ -211,7 +271,7 @@ def arch_dims(config):
                   shared_expert_gate=bool(text.get('shared_expert_intermediate_size')),
                   dense_layers=dense_layers, router_bias=is_gpt_oss, expert_bias=is_gpt_oss,
                   router_score_bias=text.get('topk_method') == 'noaux_tc')
-        dense_inter = int(text.get('intermediate_size') or 0) if dense_layers else 0
+        dense_inter = _count(text, 'intermediate_size') if dense_layers else 0
         kw['intermediate'] = dense_inter if dense_layers else 0
     else:
         kw['intermediate'] = _positive_int(text, 'intermediate_size')
@@ -330,12 +390,42 @@ class QuantScheme:
     describe: str = ''
 
 
+QUANT_BITS = (2, 3, 4, 8)
+MAX_QUANT_GROUP = 1 << 16
+
+
+def _quant_int(qc, key, default, choices=None, low=1, high=MAX_QUANT_GROUP, where='quantization_config'):
+    """An integer field of a quantization config, type- and range-checked by name."""
+    value = qc.get(key, default)
+    name = '%s.%s' % (where, key)
+    if choices is not None:
+        if not _is_plain_int(value) or value not in choices:
+            raise ModelSpecError('model', '%s must be one of %s, got %r'
+                                 % (name, ', '.join(str(c) for c in choices), value))
+        return value
+    return check_int_range('model config', name, value, low, high)
+
+
+def _fp8_block(value, name):
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(_is_plain_int(v) and 1 <= v <= MAX_QUANT_GROUP for v in value)):
+        raise ModelSpecError('model', '%s must be two block sizes [rows, columns] in 1..%d, got %r'
+                             % (name, MAX_QUANT_GROUP, value))
+    return list(value)
+
+
 def quant_scheme(config, dtype_bytes=2):
-    """``QuantScheme`` from ``quantization_config`` (ModelSpecError when unsupported)."""
+    """``QuantScheme`` from ``quantization_config`` (ModelSpecError when unsupported or
+    when a field has a type or value no real checkpoint has)."""
     qc = config.get('quantization_config') or {}
     if not qc:
         return QuantScheme(None, dtype_bytes, describe='%d B/param (%s)' % (
             dtype_bytes, 'bf16/fp16' if dtype_bytes == 2 else 'fp32'))
+    if not isinstance(qc, dict):
+        raise ModelSpecError('model', 'quantization_config must be a dict, got %s' % type(qc).__name__)
+    if not isinstance(qc.get('quant_method', ''), str):
+        raise ModelSpecError('model', 'quantization_config.quant_method must be a string, got %r'
+                             % (qc.get('quant_method'),))
     method = str(qc.get('quant_method', '')).lower()
     if method == 'mxfp4':
         return QuantScheme('mxfp4', dtype_bytes, bits=4, group_size=32, scale_bytes=1,
@@ -344,15 +434,18 @@ def quant_scheme(config, dtype_bytes=2):
     if method == 'fp8':
         block = qc.get('weight_block_size')
         if block:
-            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+            block = _fp8_block(block, 'quantization_config.weight_block_size')
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=block, scale_bytes=4,
                                describe='FP8 linear weights (1 B) + fp32 scale per %dx%d block;'
                                         ' embeddings/lm_head/norms/router bf16' % tuple(block))
         return QuantScheme('fp8', dtype_bytes, bits=8, scale_bytes=4,
                            describe='FP8 linear weights (1 B) + one fp32 scale per tensor; '
                                     'embeddings/lm_head/norms bf16')
     if method in ('awq', 'gptq'):
-        bits = int(qc.get('bits', qc.get('w_bit', 4)))
-        group = int(qc.get('group_size', qc.get('q_group_size', 128)))
+        bits_key = 'bits' if 'bits' in qc else 'w_bit'
+        bits = _quant_int(qc, bits_key, 4, choices=QUANT_BITS)
+        group_key = 'group_size' if 'group_size' in qc else 'q_group_size'
+        group = _quant_int(qc, group_key, 128, low=-1)
         group = 0 if group < 0 else group
         if method == 'awq':
             zeros = bool(qc.get('zero_point', True))
@@ -377,14 +470,19 @@ def _compressed_tensors_scheme(qc, dtype_bytes):
     if not groups:
         raise ModelSpecError('model', 'compressed-tensors quantization_config has no '
                              'config_groups; pass weight_bytes with the model')
-    weights = (list(groups.values())[0] or {}).get('weights') or {}
-    bits = int(weights.get('num_bits', 8))
+    first = list(groups.values())[0] or {} if isinstance(groups, dict) else None
+    weights = (first.get('weights') or {}) if isinstance(first, dict) else None
+    if not isinstance(weights, dict):
+        raise ModelSpecError('model', 'quantization_config.config_groups must map group names to '
+                             'dicts with a weights dict')
+    where = 'quantization_config.config_groups.weights'
+    bits = _quant_int(weights, 'num_bits', 8, choices=QUANT_BITS, where=where)
     wtype = weights.get('type', 'float')
     strategy = weights.get('strategy', 'tensor')
     if bits == 8 and wtype == 'float':
         if strategy == 'block':
-            block = weights.get('block_structure') or [128, 128]
-            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=list(block), scale_bytes=4,
+            block = _fp8_block(weights.get('block_structure') or [128, 128], where + '.block_structure')
+            return QuantScheme('fp8', dtype_bytes, bits=8, fp8_block=block, scale_bytes=4,
                                describe='FP8 (compressed-tensors, block %s) + fp32 block scales'
                                         % (block,))
         per_channel = strategy == 'channel'
@@ -394,7 +492,8 @@ def _compressed_tensors_scheme(qc, dtype_bytes):
                                     'scale; embeddings/lm_head/norms bf16'
                                     % (strategy, 'per-channel' if per_channel else 'one'))
     if wtype == 'int' and bits in (4, 8):
-        group = int(weights.get('group_size') or 0)
+        group = _quant_int(weights, 'group_size', 0, low=-1, where=where) if weights.get('group_size') else 0
+        group = max(group, 0)
         zeros = not weights.get('symmetric', True)
         return QuantScheme('w4a16' if bits == 4 else 'w8a16', dtype_bytes, bits=bits,
                            group_size=group, zero_points=zeros, scale_bytes=dtype_bytes,
@@ -461,11 +560,14 @@ def layer_kinds_from_config(config):
     dims_layers = _positive_int(text, 'num_hidden_layers')
     mtype = _model_type(config, text)
     arch = _architecture(config, text)
-    window = text.get('sliding_window')
-    if text.get('kv_lora_rank'):
+    window = _sliding_window(text)
+    if _count(text, 'kv_lora_rank'):
         return [LAYER_MLA] * dims_layers, None, 'MLA on every layer'
     layer_types = text.get('layer_types')
     if layer_types:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise ModelSpecError('model', "config key 'layer_types' must be a list of strings, "
+                                 "got %s" % type(layer_types).__name__)
         if len(layer_types) != dims_layers:
             raise ModelSpecError('model', 'layer_types has %d entries for %d layers'
                                  % (len(layer_types), dims_layers))
@@ -475,10 +577,13 @@ def layer_kinds_from_config(config):
         if unknown:
             raise ModelSpecError('model', 'layer_types has unknown kinds %s' % unknown)
         kinds = [table[t] for t in layer_types]
+        if LAYER_SLIDING in kinds and window is None:
+            raise ModelSpecError('model', "layer_types has sliding layers but config key "
+                                 "'sliding_window' is missing")
         return kinds, (window if LAYER_SLIDING in kinds else None), 'from layer_types'
     if mtype.startswith('qwen') or arch.startswith('Qwen'):
         if text.get('use_sliding_window') and window:
-            first = int(text.get('max_window_layers', dims_layers))
+            first = _count(text, 'max_window_layers', dims_layers)
             return ([LAYER_FULL if i < first else LAYER_SLIDING for i in range(dims_layers)],
                     window, 'Qwen: sliding from layer max_window_layers=%d' % first)
         return [LAYER_FULL] * dims_layers, None, 'Qwen: use_sliding_window false'
@@ -489,7 +594,7 @@ def layer_kinds_from_config(config):
         return ([LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(dims_layers)],
                 window, 'Gemma2: even layers sliding')
     if mtype.startswith('gemma3') or arch.startswith('Gemma3'):
-        pattern = int(text.get('sliding_window_pattern') or 6)
+        pattern = _count(text, 'sliding_window_pattern', 6)
         # transformers Gemma3: is_sliding = bool((layer_idx + 1) % sliding_window_pattern)
         return ([LAYER_SLIDING if (i + 1) % pattern else LAYER_FULL
                  for i in range(dims_layers)],
@@ -542,6 +647,9 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
         if isinstance(weight_bytes, bool) or not isinstance(weight_bytes, int) or weight_bytes <= 0:
             raise ModelSpecError('weight_bytes', 'must be a positive integer number of bytes, '
                                  'got %r' % (weight_bytes,))
+        if weight_bytes > MAX_WEIGHT_BYTES:
+            raise ModelSpecError('weight_bytes', '%d B is more than any checkpoint holds (limit %d B)'
+                                 % (weight_bytes, MAX_WEIGHT_BYTES))
         note = weight_note or 'given'
         exact = bool(weight_bytes_exact)
     else:
@@ -565,11 +673,11 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
                      v_head_dim=dims.v_head_dim)
     if dims.dense_layers:
         extra['first_k_dense_replace'] = dims.dense_layers
-    if text.get('num_nextn_predict_layers'):
-        extra['mtp_layers_not_counted'] = int(text['num_nextn_predict_layers'])
-    if text.get('sliding_window_pattern'):
-        extra['sliding_window_pattern'] = int(text['sliding_window_pattern'])
-    return ModelSpec(
+    if _count(text, 'num_nextn_predict_layers'):
+        extra['mtp_layers_not_counted'] = _count(text, 'num_nextn_predict_layers')
+    if _count(text, 'sliding_window_pattern'):
+        extra['sliding_window_pattern'] = _count(text, 'sliding_window_pattern')
+    return check_spec(ModelSpec(
         name=str(name), source=source, architecture=dims.architecture,
         num_layers=dims.layers, hidden_size=dims.hidden,
         intermediate_size=dims.intermediate,
@@ -589,7 +697,7 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
         param_count=params, weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
         weight_bytes_note=note, quantization=scheme.name, replicated_bytes=replicated,
         extra=extra,
-    )
+    ))
 
 
 def spec_from_catalog(name):
@@ -603,25 +711,109 @@ def spec_from_catalog(name):
                                source='catalog', weight_bytes_exact=weight_bytes is not None)
 
 
+def _refuse_constant(name):
+    raise ValueError('%s is not a JSON number' % name)
+
+
+def read_json_file(path, limit, what):
+    """The JSON value in ``path``: at most ``limit`` bytes, strict JSON (no NaN/Infinity),
+    bounded nesting. ModelSpecError says what is wrong, never what the file holds."""
+    try:
+        if not os.path.isfile(path):
+            raise ModelSpecError('model', '%s %s is not a regular file' % (what, path))
+        with open(path, 'rb') as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise ModelSpecError('model', '%s %s cannot be read: %s' % (what, path, exc.strerror or exc))
+    if len(raw) > limit:
+        raise ModelSpecError('model', '%s %s is larger than %d bytes; no real one is' % (what, path, limit))
+    return parse_json_bytes(raw, path, what)
+
+
+def parse_json_bytes(raw, path, what):
+    try:
+        return json.loads(raw.decode('utf-8'), parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise ModelSpecError('model', '%s %s is not valid JSON: not UTF-8 text' % (what, path))
+    except RecursionError:
+        raise ModelSpecError('model', '%s %s is not valid JSON: nested too deeply' % (what, path))
+    except ValueError as exc:
+        # json's messages give a position (line, column), never the text at it.
+        raise ModelSpecError('model', '%s %s is not valid JSON: %s' % (what, path, exc))
+
+
 def _safetensors_tensor_bytes(path):
-    """{tensor name: bytes} from one .safetensors header (the payload is not read)."""
-    size = os.path.getsize(path)
-    with open(path, 'rb') as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise ModelSpecError('model', '%s is not a safetensors file (shorter than 8 bytes)'
-                                 % path)
-        (header_len,) = struct.unpack('<Q', head)
-        if header_len + 8 > size:
-            raise ModelSpecError('model', '%s: safetensors header length %d exceeds the file '
-                                 'size %d' % (path, header_len, size))
-        try:
-            header = json.loads(handle.read(header_len).decode('utf-8'))
-            return dict((name, int(info['data_offsets'][1]) - int(info['data_offsets'][0]))
-                        for name, info in header.items() if name != '__metadata__')
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise ModelSpecError('model', '%s: safetensors header cannot be parsed: %s'
-                                 % (path, exc))
+    """{tensor name: bytes} from one .safetensors header (the payload is not read).
+
+    The header is checked against the format: its length within the file (and the format's
+    100 MB cap), a JSON object of tensors with a known dtype, a shape of sizes and data
+    offsets inside the payload whose span matches shape x dtype."""
+    what = 'safetensors file'
+    try:
+        size = os.path.getsize(path)
+        with open(path, 'rb') as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise ModelSpecError('model', '%s is not a safetensors file (shorter than 8 bytes)'
+                                     % path)
+            (header_len,) = struct.unpack('<Q', head)
+            if header_len + 8 > size or header_len > MAX_SAFETENSORS_HEADER:
+                # the number is the file's first 8 bytes: not repeated
+                raise ModelSpecError('model', '%s is not a safetensors file: its header length '
+                                     'exceeds the file size (%d bytes) or the format\'s %d-byte '
+                                     'cap' % (path, size, MAX_SAFETENSORS_HEADER))
+            raw = handle.read(header_len)
+    except OSError as exc:
+        raise ModelSpecError('model', '%s %s cannot be read: %s' % (what, path, exc.strerror or exc))
+    if not raw.lstrip()[:1] == b'{':
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed: not a JSON object'
+                             % path)
+    try:
+        header = parse_json_bytes(raw, path, 'safetensors header of')
+    except ModelSpecError as exc:
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed (%s)'
+                             % (path, str(exc).split(': ', 1)[-1]))
+    if not isinstance(header, dict):
+        raise ModelSpecError('model', '%s: safetensors header cannot be parsed: not a JSON object'
+                             % path)
+    payload = size - 8 - header_len
+    sizes = {}
+    for position, (name, info) in enumerate(header.items()):
+        if name == '__metadata__':
+            continue
+        sizes[name] = _tensor_span(path, position, info, payload)
+    return sizes
+
+
+def _tensor_span(path, position, info, payload):
+    """Bytes of one header entry, checked (tensors are named by position: names are content)."""
+    where = '%s: safetensors tensor #%d' % (path, position)
+    if not isinstance(info, dict):
+        raise ModelSpecError('model', '%s cannot be parsed: entry is not an object' % where)
+    dtype = info.get('dtype')
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise ModelSpecError('model', '%s has an unknown dtype (known: %s)'
+                             % (where, ', '.join(sorted(SAFETENSORS_DTYPES))))
+    shape, offsets = info.get('shape'), info.get('data_offsets')
+    if not isinstance(shape, list) or len(shape) > 16 or not all(
+            _is_plain_int(d) and 0 <= d <= 1 << 40 for d in shape):
+        raise ModelSpecError('model', '%s has a shape that is not a list of sizes' % where)
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(_is_plain_int(o) for o in offsets)):
+        raise ModelSpecError('model', '%s cannot be parsed: data_offsets must be [begin, end]' % where)
+    begin, end = offsets
+    if not 0 <= begin <= end <= payload:
+        raise ModelSpecError('model', '%s: data_offsets [%d, %d] lie outside the %d-byte payload '
+                             '(truncated or not a safetensors file)' % (where, begin, end, payload))
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    element_bytes = SAFETENSORS_DTYPES[dtype]
+    if element_bytes is not None and elements * element_bytes != end - begin:
+        raise ModelSpecError('model', '%s: shape %s x %d B (%s) = %d B, but its data_offsets span '
+                             '%d B' % (where, shape, element_bytes, dtype, elements * element_bytes,
+                                       end - begin))
+    return end - begin
 
 
 # Decoder-layer tensors: model.layers.N., language_model.model.layers.N., ...
@@ -640,13 +832,45 @@ def _not_loaded(name, dims):
 
 
 def _read_index(index_path):
-    try:
-        with open(index_path) as handle:
-            index = json.load(handle)
-        return ((index.get('metadata') or {}).get('total_size'),
-                dict(index.get('weight_map') or {}))
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ModelSpecError('model', '%s cannot be read: %s' % (index_path, exc))
+    """(metadata.total_size or None, weight_map) of a safetensors index, both checked: the
+    total is a byte count no checkpoint exceeds, the map names plain shard file names."""
+    index = read_json_file(index_path, MAX_INDEX_BYTES, 'safetensors index')
+    if not isinstance(index, dict):
+        raise ModelSpecError('model', '%s must hold a JSON object' % index_path)
+    metadata = index.get('metadata') or {}
+    weight_map = index.get('weight_map') or {}
+    if not isinstance(metadata, dict) or not isinstance(weight_map, dict):
+        raise ModelSpecError('model', '%s: metadata and weight_map must be objects' % index_path)
+    total = metadata.get('total_size')
+    if total is not None:
+        check_int_range(index_path, 'metadata.total_size', total, 1, MAX_WEIGHT_BYTES)
+    files = set(weight_map.values())
+    bad = [f for f in files if not isinstance(f, str) or os.path.basename(f) != f
+           or f in ('.', '..') or not f.endswith('.safetensors')]
+    if bad:
+        raise ModelSpecError('model', '%s: weight_map must name .safetensors files in the model '
+                             'directory (%d entries do not)' % (index_path, len(bad)))
+    if len(files) > MAX_SHARDS:
+        raise ModelSpecError('model', '%s: weight_map names %d files; no checkpoint has more than '
+                             '%d shards' % (index_path, len(files), MAX_SHARDS))
+    return total, dict(weight_map)
+
+
+def _missing_shards(files):
+    """Shard files (name-0000i-of-0000n.safetensors) whose siblings are absent."""
+    missing = []
+    for name in files:
+        match = SHARD_NAME_RE.match(name)
+        if not match:
+            continue
+        count = int(match.group('count'))
+        if not 1 <= count <= MAX_SHARDS:
+            raise ModelSpecError('model', 'shard file name claims %d shards (1..%d)' % (count, MAX_SHARDS))
+        for i in range(1, count + 1):
+            sibling = '%s-%05d-of-%05d.safetensors' % (match.group('stem'), i, count)
+            if sibling not in files and sibling not in missing:
+                missing.append(sibling)
+    return sorted(missing)
 
 
 def _as_loaded(stored, note, config):
@@ -666,7 +890,18 @@ def _model_dir_weight_bytes(path, config):
     files = sorted(f for f in os.listdir(path) if f.endswith('.safetensors'))
     if len(files) > 1 and MISTRAL_CONSOLIDATED in files:
         files.remove(MISTRAL_CONSOLIDATED)
-    shards_complete = set(weight_map.values()) <= set(files)
+    if len(files) > MAX_SHARDS:
+        raise ModelSpecError('model', 'model directory %s holds %d .safetensors files; no checkpoint '
+                             'has more than %d shards' % (path, len(files), MAX_SHARDS))
+    absent = sorted(set(weight_map.values()) - set(files))
+    absent += [f for f in _missing_shards(files) if f not in absent]
+    shards_complete = not absent
+    if files and absent and total is None:
+        # Summing the shards present would size a fraction of the model as the whole.
+        raise ModelSpecError('model', 'model directory %s is incomplete: %d shard(s) missing (%s%s) '
+                             'and no %s metadata.total_size to size it from; complete the '
+                             'download' % (path, len(absent), ', '.join(absent[:4]),
+                                           ', ...' if len(absent) > 4 else '', SAFETENSORS_INDEX))
     if files and shards_complete:
         loaded = 0
         skipped = {}
@@ -684,6 +919,9 @@ def _model_dir_weight_bytes(path, config):
     if total is not None:
         weight_bytes = int(total)
         note = '%s metadata.total_size' % SAFETENSORS_INDEX
+        if files and absent:
+            note += (' (%d of the shards it names are not in the directory: %s%s)'
+                     % (len(absent), ', '.join(absent[:4]), ', ...' if len(absent) > 4 else ''))
         if dims.tie and any(t in weight_map for t in TIED_HEAD_NAMES):
             head = dims.vocab * dims.hidden * _dtype_bytes(config)
             weight_bytes -= head
@@ -703,14 +941,10 @@ def spec_from_model_dir(path):
     present (tensors vLLM skips are left out and named in the note), else the index's
     metadata.total_size, else computed from the dimensions."""
     config_path = os.path.join(path, 'config.json')
-    try:
-        with open(config_path) as handle:
-            config = json.load(handle)
-    except OSError as exc:
-        raise ModelSpecError('model', 'model directory %s has no readable config.json: %s'
-                             % (path, exc))
-    except ValueError as exc:
-        raise ModelSpecError('model', '%s is not valid JSON: %s' % (config_path, exc))
+    if not os.path.isfile(config_path):
+        raise ModelSpecError('model', 'model directory %s has no readable config.json (no such '
+                             'regular file)' % path)
+    config = read_json_file(config_path, MAX_CONFIG_BYTES, 'config')
     if not isinstance(config, dict):
         raise ModelSpecError('model', '%s must hold a JSON object' % config_path)
     name = os.path.basename(os.path.normpath(path))
@@ -721,15 +955,55 @@ def spec_from_model_dir(path):
 
 # ---------------------------------------------------------------- GGUF
 
+# Ranges of the GGUF keys read ({arch}.<key>), from model_spec.GEOMETRY_LIMITS. Zero is
+# allowed where llama.cpp reads it as "none" (no KV heads on a recurrent layer, no window).
+_G = GEOMETRY_LIMITS
+GGUF_KEY_LIMITS = {
+    'block_count': _G['num_layers'], 'embedding_length': _G['hidden_size'],
+    'attention.head_count': (0, _G['num_attention_heads'][1]),
+    'attention.head_count_kv': _G['num_kv_heads'],
+    'attention.key_length': _G['head_dim'], 'attention.value_length': _G['head_dim'],
+    'feed_forward_length': _G['intermediate_size'],
+    'attention.sliding_window': (0, _G['sliding_window'][1]),
+    'attention.sliding_window_pattern': (0, _G['num_layers'][1]),
+    'vocab_size': _G['vocab_size'], 'context_length': _G['max_position_embeddings'],
+    'attention.kv_lora_rank': (0, _G['kv_lora_rank'][1]),
+    'rope.dimension_count': (0, _G['qk_rope_head_dim'][1]),
+    'expert_count': _G['num_experts'], 'expert_used_count': _G['num_experts_per_tok'],
+    'expert_feed_forward_length': _G['moe_intermediate_size'],
+    'expert_shared_count': _G['num_shared_experts'],
+}
+
+
 def _gguf_int(summary, key, default=None, required=True):
-    value = summary.get(key, default)
+    """An integer (or per-layer list of integers) GGUF key, type- and range-checked by name."""
+    value = summary.get(key)
+    if value is None and key in summary.array_lengths:
+        raise ModelSpecError('model', '%s: GGUF key %s is an array of %d entries; no model has '
+                             'that many layers' % (summary.path, key, summary.array_lengths[key]))
+    if value is None:
+        value = default
     if value is None:
         if required:
             raise ModelSpecError('model', '%s: GGUF key %s is missing' % (summary.path, key))
         return None
+    low, high = GGUF_KEY_LIMITS.get(key.split('.', 1)[-1], (0, 1 << 62))
+    what = '%s: GGUF key' % summary.path
     if isinstance(value, list):
-        return [int(v) for v in value]
-    return int(value)
+        return [check_int_range(what, key, v, low, high) for v in value]
+    return check_int_range(what, key, value, low, high)
+
+
+def _gguf_scalar(summary, key, default=None, required=True, low=None):
+    """One integer GGUF key (not a per-layer list), at least ``low`` when given."""
+    value = _gguf_int(summary, key, default=default, required=required)
+    if isinstance(value, list):
+        raise ModelSpecError('model', '%s: GGUF key %s must be one integer, not a list'
+                             % (summary.path, key))
+    if value is not None and low is not None and value < low:
+        raise ModelSpecError('model', '%s: GGUF key %s = %d is out of range (>= %d)'
+                             % (summary.path, key, value, low))
+    return value
 
 
 def _per_layer(value, n_layer, key):
@@ -752,11 +1026,17 @@ def _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary):
     kinds = [LAYER_FULL if kv else LAYER_NO_KV for kv in kv_heads]
     if not window:
         return kinds
-    pattern = summary.get('%s.attention.sliding_window_pattern' % arch)
+    pattern_key = '%s.attention.sliding_window_pattern' % arch
+    pattern = summary.get(pattern_key)
     if isinstance(pattern, list):
+        # per layer, bool (or 0/1) each
+        if not all(isinstance(p, (bool, int)) for p in pattern):
+            raise ModelSpecError('model', '%s: GGUF key %s must list booleans' % (summary.path, pattern_key))
         sliding = [bool(p) for p in _per_layer(pattern, n_layer, 'sliding_window_pattern')]
     else:
-        period = int(pattern) if pattern else GGUF_SWA_PATTERN.get(arch, 1)
+        if pattern is not None:
+            pattern = _gguf_int(summary, pattern_key)
+        period = pattern if pattern else GGUF_SWA_PATTERN.get(arch, 1)
         sliding = [(i % period) < period - 1 if period > 1 else True for i in range(n_layer)]
     return [LAYER_SLIDING if (s and k == LAYER_FULL) else k for s, k in zip(sliding, kinds)]
 
@@ -767,23 +1047,36 @@ def spec_from_gguf(path):
     arch = summary.get('general.architecture')
     if not arch:
         raise ModelSpecError('model', '%s: GGUF key general.architecture is missing' % path)
+    if not isinstance(arch, str) or not re.match(r'^[A-Za-z0-9_.-]{1,64}$', arch):
+        raise ModelSpecError('model', '%s: GGUF key general.architecture is not an architecture '
+                             'name' % path)
     a = arch + '.'
-    n_layer = _gguf_int(summary, a + 'block_count')
-    n_embd = _gguf_int(summary, a + 'embedding_length')
+    n_layer = _gguf_scalar(summary, a + 'block_count')
+    n_embd = _gguf_scalar(summary, a + 'embedding_length')
     n_head = _gguf_int(summary, a + 'attention.head_count')
-    head_max = max(n_head) if isinstance(n_head, list) else n_head
+    heads = _per_layer(n_head, n_layer, a + 'attention.head_count')
+    head_max = max(heads)
+    if head_max < 1:
+        raise ModelSpecError('model', '%s: GGUF key %sattention.head_count is 0 on every layer'
+                             % (path, a))
     kv_raw = _gguf_int(summary, a + 'attention.head_count_kv', default=n_head)
     kv_heads = _per_layer(kv_raw, n_layer, a + 'attention.head_count_kv')
-    key_length = _gguf_int(summary, a + 'attention.key_length', default=n_embd // head_max)
-    value_length = _gguf_int(summary, a + 'attention.value_length', default=n_embd // head_max)
+    for layer, (kv, head) in enumerate(zip(kv_heads, heads)):
+        if kv > head or (kv and head % kv):
+            raise ModelSpecError('model', '%s: layer %d has %d KV heads for %d attention heads '
+                                 '(GGUF keys %sattention.head_count_kv / head_count); KV heads '
+                                 'must divide the heads' % (path, layer, kv, head, a))
+    key_length = _gguf_scalar(summary, a + 'attention.key_length', default=n_embd // head_max, low=1)
+    value_length = _gguf_scalar(summary, a + 'attention.value_length', default=n_embd // head_max,
+                                low=1)
     ffn = _gguf_int(summary, a + 'feed_forward_length', default=0, required=False) or 0
     ffn = max(ffn) if isinstance(ffn, list) else ffn
-    window = _gguf_int(summary, a + 'attention.sliding_window', required=False)
+    window = _gguf_scalar(summary, a + 'attention.sliding_window', required=False)
     tensors = summary.tensors
     by_name = dict((t.name, t) for t in tensors)
-    vocab = (_gguf_int(summary, a + 'vocab_size', required=False)
+    vocab = (_gguf_scalar(summary, a + 'vocab_size', required=False)
              or summary.array_lengths.get('tokenizer.ggml.tokens'))
-    if not vocab and 'token_embd.weight' in by_name:
+    if not vocab and 'token_embd.weight' in by_name and len(by_name['token_embd.weight'].shape) > 1:
         vocab = by_name['token_embd.weight'].shape[1]
     if not vocab:
         raise ModelSpecError('model', '%s: vocabulary size not found (no %svocab_size, '
@@ -803,6 +1096,9 @@ def spec_from_gguf(path):
     tied = 'output.weight' not in by_name
     file_type = summary.get('general.file_type')
     file_type_name = None
+    if file_type is not None and (isinstance(file_type, bool) or not isinstance(file_type, int)
+                                  or not 0 <= file_type < 1 << 16):
+        raise ModelSpecError('model', '%s: GGUF key general.file_type must be a small integer' % path)
     if file_type is not None:
         try:
             file_type_name = gguf_reader.gguf.LlamaFileType(int(file_type)).name
@@ -814,32 +1110,33 @@ def spec_from_gguf(path):
         value_length=value_length, kv_heads_per_layer=kv_heads, n_tensors=len(tensors),
         split_files=list(summary.files) if len(summary.files) > 1 else [])
     kinds = _gguf_layer_kinds(arch, n_layer, kv_heads, window, summary)
-    kv_lora = _gguf_int(summary, a + 'attention.kv_lora_rank', required=False)
-    rope_dim = _gguf_int(summary, a + 'rope.dimension_count', required=False)
-    experts = _gguf_int(summary, a + 'expert_count', default=0, required=False) or 0
-    name = summary.get('general.name') or os.path.basename(path)
-    return ModelSpec(
+    kv_lora = _gguf_scalar(summary, a + 'attention.kv_lora_rank', required=False) or None
+    rope_dim = _gguf_scalar(summary, a + 'rope.dimension_count', required=False) or None
+    experts = _gguf_scalar(summary, a + 'expert_count', default=0, required=False) or 0
+    name = summary.get('general.name')
+    name = name if isinstance(name, str) and name.strip() else os.path.basename(path)
+    return check_spec(ModelSpec(
         name=str(name), source='gguf', architecture=str(arch), num_layers=n_layer,
         hidden_size=n_embd, intermediate_size=ffn, num_attention_heads=head_max,
         num_kv_heads=max(kv_heads), head_dim=key_length, vocab_size=int(vocab),
-        max_position_embeddings=_gguf_int(summary, a + 'context_length', default=4096),
+        max_position_embeddings=_gguf_scalar(summary, a + 'context_length', default=4096, low=1),
         tie_word_embeddings=tied, dtype_bytes=2, layer_kinds=kinds,
         sliding_window=window if LAYER_SLIDING in kinds else None,
         kv_lora_rank=kv_lora, qk_rope_head_dim=rope_dim if kv_lora else None,
         num_experts=experts,
-        num_experts_per_tok=_gguf_int(summary, a + 'expert_used_count', default=0,
-                                      required=False) or 0,
-        moe_intermediate_size=_gguf_int(summary, a + 'expert_feed_forward_length', default=0,
+        num_experts_per_tok=_gguf_scalar(summary, a + 'expert_used_count', default=0,
+                                         required=False) or 0,
+        moe_intermediate_size=_gguf_scalar(summary, a + 'expert_feed_forward_length', default=0,
+                                           required=False) or 0,
+        num_shared_experts=_gguf_scalar(summary, a + 'expert_shared_count', default=0,
                                         required=False) or 0,
-        num_shared_experts=_gguf_int(summary, a + 'expert_shared_count', default=0,
-                                     required=False) or 0,
         param_count=sum(t.n_elements for t in tensors),
         weight_bytes=sum(t.n_bytes for t in tensors), weight_bytes_exact=True,
         weight_bytes_note='sum of GGUF tensor sizes (%d tensors, %d file(s))'
                           % (len(tensors), len(summary.files)),
         quantization='gguf', gguf=layout,
         extra={'file_type': file_type_name, 'gguf_path': summary.path},
-    )
+    ))
 
 
 # ---------------------------------------------------------------- resolve
@@ -859,7 +1156,7 @@ def resolve_model(model):
     """ModelSpec from a catalog name/alias, an HF config dict (optional ``weight_bytes``),
     a model directory or a ``.gguf`` path."""
     if isinstance(model, ModelSpec):
-        return model
+        return check_spec(model)
     if isinstance(model, dict):
         config = dict(model)
         weight_bytes = config.pop('weight_bytes', None)

@@ -26,6 +26,109 @@ class ModelSpecError(PlanInputError):
     """Bad or unsupported model input. ``field`` names the option or key at fault."""
 
 
+LAYER_KINDS = (LAYER_FULL, LAYER_SLIDING, LAYER_MLA, LAYER_NO_KV)
+
+# Ranges of every geometry figure a ModelSpec carries: (lowest, highest). Beyond these a
+# figure is a typo, a wrong file or an attack, not a model (the largest open models have
+# 126 layers, hidden 16384/18432, 256k vocabularies, 1M-token contexts and a few hundred
+# experts); they also bound the planners' work, which grows with the square of the layer
+# count (llama.cpp layer placement tries every -ngl).
+GEOMETRY_LIMITS = {
+    'num_layers': (1, 256),
+    'hidden_size': (1, 131072),
+    'intermediate_size': (0, 1 << 20),
+    'num_attention_heads': (1, 4096),
+    'num_kv_heads': (0, 4096),
+    'head_dim': (1, 4096),
+    'vocab_size': (1, 16 * 1024 * 1024),
+    'max_position_embeddings': (1, 1 << 27),
+    'sliding_window': (1, 1 << 27),
+    'kv_lora_rank': (1, 65536),
+    'qk_rope_head_dim': (1, 4096),
+    'num_experts': (0, 4096),
+    'num_experts_per_tok': (0, 4096),
+    'moe_intermediate_size': (0, 1 << 20),
+    'num_shared_experts': (0, 4096),
+}
+OPTIONAL_GEOMETRY = ('sliding_window', 'kv_lora_rank', 'qk_rope_head_dim')
+# Stored weights: the largest open checkpoints hold about 2 TB.
+MAX_WEIGHT_BYTES = 1 << 44
+DTYPE_BYTES_CHOICES = (1, 2, 4)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _geometry_error(spec, key, message):
+    return ModelSpecError('model', '%s: model geometry %s %s' % (spec.name, key, message))
+
+
+def check_int_range(what, key, value, low, high):
+    """``value`` is an int (not a bool, not a float) in [low, high]; else ModelSpecError
+    naming ``what`` (the model) and ``key``. Returns the value."""
+    if not _is_int(value):
+        raise ModelSpecError('model', '%s: %s must be an integer, got %r (%s)'
+                             % (what, key, value, type(value).__name__))
+    if not low <= value <= high:
+        raise ModelSpecError('model', '%s: %s = %d is out of range (%d..%d)'
+                             % (what, key, value, low, high))
+    return value
+
+
+def check_spec(spec):
+    """Refuse a ModelSpec with a figure no real model has (ModelSpecError naming the key
+    and the number): the one range check every loader's result passes. Returns ``spec``."""
+    for key, (low, high) in GEOMETRY_LIMITS.items():
+        value = getattr(spec, key)
+        if value is None and key in OPTIONAL_GEOMETRY:
+            continue
+        check_int_range(spec.name, key, value, low, high)
+    if spec.dtype_bytes not in DTYPE_BYTES_CHOICES or not _is_int(spec.dtype_bytes):
+        raise _geometry_error(spec, 'dtype_bytes', 'must be one of %s, got %r'
+                              % (DTYPE_BYTES_CHOICES, spec.dtype_bytes))
+    if not isinstance(spec.layer_kinds, list) or len(spec.layer_kinds) != spec.num_layers:
+        raise _geometry_error(spec, 'layer_kinds', 'must list one kind per layer (%d)' % spec.num_layers)
+    unknown = sorted(set(k for k in spec.layer_kinds if k not in LAYER_KINDS))
+    if unknown:
+        raise _geometry_error(spec, 'layer_kinds', 'has unknown kinds %s' % unknown)
+    attention = [k for k in spec.layer_kinds if k in (LAYER_FULL, LAYER_SLIDING)]
+    if attention and spec.num_kv_heads < 1:
+        raise _geometry_error(spec, 'num_kv_heads', 'is 0 but %d layers have attention' % len(attention))
+    if spec.num_kv_heads > spec.num_attention_heads:
+        raise _geometry_error(spec, 'num_kv_heads', '%d is more than the %d attention heads'
+                              % (spec.num_kv_heads, spec.num_attention_heads))
+    if LAYER_SLIDING in spec.layer_kinds and spec.sliding_window is None:
+        raise _geometry_error(spec, 'sliding_window', 'is missing but layers slide')
+    if LAYER_MLA in spec.layer_kinds and (spec.kv_lora_rank is None or spec.qk_rope_head_dim is None):
+        raise _geometry_error(spec, 'kv_lora_rank', 'and qk_rope_head_dim are needed by MLA layers')
+    if spec.num_experts_per_tok > spec.num_experts:
+        raise _geometry_error(spec, 'num_experts_per_tok', '%d is more than the %d experts'
+                              % (spec.num_experts_per_tok, spec.num_experts))
+    if spec.num_experts and spec.num_experts_per_tok < 1:
+        raise _geometry_error(spec, 'num_experts_per_tok', 'must be >= 1 with %d experts' % spec.num_experts)
+    check_int_range(spec.name, 'weight_bytes', spec.weight_bytes, 1, MAX_WEIGHT_BYTES)
+    check_int_range(spec.name, 'param_count', spec.param_count, 0, MAX_WEIGHT_BYTES * 2)
+    check_int_range(spec.name, 'replicated_bytes', spec.replicated_bytes, 0, MAX_WEIGHT_BYTES)
+    if spec.gguf is not None:
+        _check_gguf_layout(spec, spec.gguf)
+    return spec
+
+
+def _check_gguf_layout(spec, layout):
+    if len(layout.block_bytes) != spec.num_layers or len(layout.kv_heads_per_layer) != spec.num_layers:
+        raise _geometry_error(spec, 'GGUF layout', 'has %d blocks and %d KV head counts for %d layers'
+                              % (len(layout.block_bytes), len(layout.kv_heads_per_layer), spec.num_layers))
+    for position, size in enumerate(layout.block_bytes):
+        check_int_range(spec.name, 'blk.%d bytes' % position, size, 0, MAX_WEIGHT_BYTES)
+    for key in ('input_bytes', 'output_bytes'):
+        check_int_range(spec.name, key, getattr(layout, key), 0, MAX_WEIGHT_BYTES)
+    for key in ('key_length', 'value_length'):
+        check_int_range(spec.name, key, getattr(layout, key), 1, GEOMETRY_LIMITS['head_dim'][1])
+    for position, heads in enumerate(layout.kv_heads_per_layer):
+        check_int_range(spec.name, 'head_count_kv[%d]' % position, heads, 0, spec.num_attention_heads)
+
+
 @dataclass(frozen=True)
 class GGUFLayout:
     """What a GGUF file stores, per llama.cpp buffer (bytes as stored, quantized)."""

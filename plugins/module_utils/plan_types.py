@@ -10,6 +10,7 @@ them; planners read only: index, uuid, name, memory_total, memory_used, memory_f
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
@@ -84,3 +85,67 @@ class Plan:
 
     def to_dict(self):
         return asdict(self)
+
+
+class PlanTermError(PlanInputError):
+    """A plan with a negative, non-finite or impossible term: refused, never returned."""
+
+
+# GpuMemory fields that are amounts of memory (bytes) and so can never be negative.
+MEMORY_AMOUNTS = ('total', 'budget', 'weights', 'activation', 'non_torch', 'cuda_graph',
+                  'kv_cache')
+# What the deployment holds on a GPU (budget-internal and outside terms alike).
+RESIDENT_TERMS = ('weights', 'activation', 'non_torch', 'cuda_graph', 'kv_cache')
+# Differences, not amounts: below zero exactly when the plan does not fit (an infeasible
+# plan shows its shortfall there); a feasible plan with one below zero contradicts itself.
+SIGNED_TERMS = ('headroom', 'kv_budget')
+
+
+def _is_number(value):
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def _term_error(field_name, gpu, message):
+    where = ('GPU %s (%s)' % (gpu.index, gpu.name or '?')) if gpu is not None else 'the plan'
+    return PlanTermError(field_name, '%s: %s; refused rather than planned (a term like this comes '
+                                     'from model geometry or a setting outside what any real '
+                                     'deployment has)' % (where, message))
+
+
+def _check_term(field_name, gpu, name, value, may_be_negative):
+    if not _is_number(value) or not math.isfinite(value):
+        raise _term_error(field_name, gpu, 'term %s is %r, not a finite number' % (name, value))
+    if value < 0 and not may_be_negative:
+        raise _term_error(field_name, gpu, 'term %s is negative (%s)' % (name, value))
+
+
+def check_plan(plan):
+    """The one check every plan passes before anyone sees it (PlanTermError otherwise).
+
+    Every memory term is a finite number of bytes and no amount is negative; the signed
+    differences (headroom, kv_budget) are negative only in an infeasible plan; a feasible
+    plan's resident terms add up to no more than its GPU's total; the capacity figures
+    are finite and not negative. Returns ``plan``."""
+    for position, gpu in enumerate(plan.memory):
+        prefix = 'plan.memory[%d]' % position
+        for name in MEMORY_AMOUNTS + ('headroom',):
+            _check_term('%s.%s' % (prefix, name), gpu, name, getattr(gpu, name),
+                        name in SIGNED_TERMS and not plan.feasible)
+        for name, value in sorted(gpu.terms.items()):
+            _check_term('%s.terms.%s' % (prefix, name), gpu, name, value,
+                        name in SIGNED_TERMS and not plan.feasible)
+        if gpu.total <= 0:
+            raise _term_error('%s.total' % prefix, gpu, 'total memory is %s' % gpu.total)
+        resident = sum(getattr(gpu, name) for name in RESIDENT_TERMS)
+        if plan.feasible and resident > gpu.total:
+            raise _term_error('%s.headroom' % prefix, gpu, 'a feasible plan whose resident terms '
+                              '(%s) add up to %d B, more than the GPU total %d B'
+                              % (' + '.join(RESIDENT_TERMS), resident, gpu.total))
+    for name in ('kv_cache_tokens', 'max_concurrency_at_max_len', 'vram_claim_bytes',
+                 'system_reserved_bytes'):
+        value = getattr(plan, name)
+        if value is not None:
+            _check_term('plan.%s' % name, None, name, value, False)
+    if not plan.memory:
+        raise _term_error('plan.memory', None, 'no GPU in the plan')
+    return plan

@@ -12,10 +12,12 @@ here too, shared by the ``serving_plan`` module and its action plugin.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic, check_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 BACKEND_VLLM = 'vllm'
@@ -40,6 +42,14 @@ ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
 MAX_CONCURRENCY = 100000
 GPU_KEYS = ('index', 'name', 'memory_total')
+# Bounds on the GPU list: llama.cpp drives at most 16 devices (GGML_CUDA_MAX_DEVICES in
+# ggml/include/ggml-cuda.h), vLLM's tensor parallelism here at most 8, and no GPU has more
+# memory than the bound (the largest cards hold a few hundred GB); beyond these the facts
+# are wrong, not a machine. They also bound the planners' work.
+MAX_GPUS = 16
+MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
+MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, not bytes
+COMPUTE_CAPABILITY_RE = re.compile(r'^\d{1,2}(\.\d{1,2})?$')
 
 # Option types of the engine knobs (the module's argument spec, less the required inputs).
 KNOB_TYPES = dict(
@@ -86,9 +96,11 @@ SERVING_PLAN_ARGUMENT_SPEC = dict(
 def _positive_int(field_name, value, upper):
     if isinstance(value, bool) or value is None:
         raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
     if number != value and str(number) != str(value).strip():
         raise PlanInputError(field_name, 'must be a whole number, got %r' % (value,))
@@ -116,17 +128,86 @@ def check_gpus(gpus):
     if not isinstance(gpus, (list, tuple)):
         raise PlanInputError('gpus', 'must be a list of GPU dicts as in kvpin_gpus.gpus, got %s'
                              % type(gpus).__name__)
+    if len(gpus) > MAX_GPUS:
+        raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
+                                     'GPUs)' % (len(gpus), MAX_GPUS))
     for position, gpu in enumerate(gpus):
-        if not isinstance(gpu, dict):
-            raise PlanInputError('gpus[%d]' % position, 'must be a dict, got %r' % (gpu,))
-        missing = [key for key in GPU_KEYS if key not in gpu]
-        if missing:
-            raise PlanInputError('gpus[%d]' % position, 'missing %s' % ', '.join(missing))
-        total = gpu['memory_total']
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise PlanInputError('gpus[%d].memory_total' % position,
-                                 'must be a positive number of bytes, got %r' % (total,))
+        check_gpu(position, gpu)
     return list(gpus)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_gpu(position, gpu):
+    """One entry of ``gpus`` as gpu_facts reports it: every key the planners read has the
+    type and range of a real GPU (PlanInputError naming ``gpus[i].key`` otherwise)."""
+    where = 'gpus[%d]' % position
+    if not isinstance(gpu, dict):
+        raise PlanInputError(where, 'must be a dict, got %s' % type(gpu).__name__)
+    missing = [key for key in GPU_KEYS if key not in gpu]
+    if missing:
+        raise PlanInputError(where, 'missing %s' % ', '.join(missing))
+    index = gpu['index']
+    if not _is_int(index) or not 0 <= index < 1 << 16:
+        raise PlanInputError(where + '.index', 'must be a GPU index (integer >= 0), got %r' % (index,))
+    if not isinstance(gpu['name'], str):
+        raise PlanInputError(where + '.name', 'must be a string, got %s' % type(gpu['name']).__name__)
+    total = gpu['memory_total']
+    if not _is_int(total) or total <= 0:
+        raise PlanInputError(where + '.memory_total',
+                             'must be a positive number of bytes, got %r' % (total,))
+    if total < MIN_GPU_MEMORY_BYTES:
+        raise PlanInputError(where + '.memory_total', '%d B is less than any GPU that serves a model '
+                             'has (%d B); the value is not in bytes (MiB?)' % (total, MIN_GPU_MEMORY_BYTES))
+    if total > MAX_GPU_MEMORY_BYTES:
+        raise PlanInputError(where + '.memory_total', '%d B is more than any GPU has (limit %d B); '
+                             'the value is not in bytes or not a GPU' % (total, MAX_GPU_MEMORY_BYTES))
+    for key in ('memory_used', 'memory_free'):
+        value = gpu.get(key)
+        if value is not None and (not _is_int(value) or not 0 <= value <= total):
+            raise PlanInputError('%s.%s' % (where, key), 'must be bytes between 0 and memory_total '
+                                 '%d, got %r' % (total, value))
+    capability = gpu.get('compute_capability')
+    if capability is not None and not (isinstance(capability, str)
+                                       and COMPUTE_CAPABILITY_RE.match(capability)):
+        raise PlanInputError(where + '.compute_capability', 'must be a string like "8.6", got %r'
+                             % (capability,))
+    for key in ('uuid',):
+        if gpu.get(key) is not None and not isinstance(gpu[key], str):
+            raise PlanInputError('%s.%s' % (where, key), 'must be a string, got %s'
+                                 % type(gpu[key]).__name__)
+
+
+def _knob_type_error(name, spec, value):
+    kind = spec['type'] if spec['type'] != 'list' else 'list of numbers'
+    return PlanInputError(name, 'must be of type %s, got %r (%s)' % (kind, value, type(value).__name__))
+
+
+def check_knob_type(name, value):
+    """``value`` has the type the argument spec gives knob ``name`` (the module's arguments
+    arrive coerced; a direct caller's are checked here, at the same boundary). Numbers must
+    be finite; the planner of each engine checks the ranges."""
+    spec = KNOB_TYPES[name]
+    kind = spec['type']
+    if kind == 'int' and not _is_int(value):
+        raise _knob_type_error(name, spec, value)
+    if kind == 'float' and not ((_is_int(value) or isinstance(value, float)) and math.isfinite(value)):
+        raise _knob_type_error(name, spec, value)
+    if kind == 'bool' and not isinstance(value, bool):
+        raise _knob_type_error(name, spec, value)
+    if kind == 'str' and not isinstance(value, str):
+        raise _knob_type_error(name, spec, value)
+    if kind == 'list':
+        if not isinstance(value, (list, tuple)) or not all(
+                (_is_int(v) or isinstance(v, float)) and math.isfinite(v) for v in value):
+            raise _knob_type_error(name, spec, value)
+    if kind == 'raw' and not (_is_int(value) or (isinstance(value, str) and (
+            value.strip() == 'auto' or value.strip().isdigit()))):
+        # tensor_parallel_size: an integer or "auto" (a templated "4" arrives as a string)
+        raise PlanInputError(name, 'must be an integer or "auto", got %r' % (value,))
+    return value
 
 
 def split_knobs(backend, params):
@@ -140,7 +221,7 @@ def split_knobs(backend, params):
         if name not in allowed:
             raise PlanInputError(name, 'is a %s option; backend %s does not take it' % (
                 'vLLM' if name in VLLM_KNOBS else 'llama-box / llama.cpp', backend))
-        knobs[name] = value
+        knobs[name] = check_knob_type(name, value)
     return knobs
 
 
@@ -154,6 +235,9 @@ def build_plan(params, resolve_model=None, planners=None):
     if backend not in BACKENDS:
         raise PlanInputError('backend', 'must be one of %s, got %r' % (', '.join(BACKENDS), backend))
     version = params.get('backend_version')
+    if version is not None and not isinstance(version, str):
+        raise PlanInputError('backend_version', 'must be a string such as "0.10.1.1" (quoted in '
+                                                'YAML), got %r (%s)' % (version, type(version).__name__))
     if not version or not str(version).strip():
         raise PlanInputError('backend_version', 'is required: flags and memory accounting '
                                                 'differ by engine version')
@@ -172,12 +256,12 @@ def build_plan(params, resolve_model=None, planners=None):
             from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
         else:
             plan_vllm = planners[BACKEND_VLLM]
-        return plan_vllm(spec, gpus, traffic, knobs, str(version))
+        return check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version)))
     if planners is None:
         from ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory import plan_llamacpp
     else:
         plan_llamacpp = planners[backend]
-    return plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))
+    return check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version)))
 
 
 MEMORY_COLUMNS = ('total', 'budget', 'weights', 'activation', 'non_torch', 'cuda_graph',

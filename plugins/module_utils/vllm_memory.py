@@ -361,7 +361,7 @@ def _int_knob(knobs, name, low, high):
             if isinstance(value, bool) or float(value) != int(float(value)):
                 raise ValueError
             value = int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise PlanInputError(name, 'must be a whole number, got %r' % (value,))
     if value < low:
         raise PlanInputError(name, 'must be >= %d, got %d' % (low, value))

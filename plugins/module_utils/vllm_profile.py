@@ -55,8 +55,9 @@ class VllmVersion:
 
 
 def parse_version(text):
-    """'0.10.1.1', 'v0.11.0', '0.20.0rc1', '0.8.5.post1' -> VllmVersion; anything else, or a
-    version outside the supported range, -> PlanInputError('backend_version', ...)."""
+    """'0.10.1.1', 'v0.11.0', '0.20.0rc1', '0.8.5.post1' -> VllmVersion; anything else, a
+    series without its release ('0.10') or a version outside the supported range ->
+    PlanInputError('backend_version', ...)."""
     if text is None or not str(text).strip():
         raise PlanInputError('backend_version', 'a vLLM version is required (e.g. "0.10.1.1"); '
                              'flags and memory accounting differ by version (supported: %s)'
@@ -65,6 +66,15 @@ def parse_version(text):
     if not match:
         raise PlanInputError('backend_version', 'cannot parse vLLM version %r (expected e.g. '
                              '"0.10.1.1", "v0.11.0", "0.20.0rc1")' % (text,))
+    if match.group(3) is None:
+        # "0.10" names a series, not a release: within one series flags and accounting change
+        # (0.10.2 added --kv-cache-memory-bytes), so the rules must come from one release.
+        raise PlanInputError('backend_version', 'vLLM version %r is ambiguous: it names the %s.%s '
+                             'series, not a release, and flags and memory accounting change within '
+                             'a series; give the release the image runs (e.g. "%s.%s.0"), '
+                             'quoted in YAML (unquoted 0.10 is the number 0.1)'
+                             % (str(text).strip(), match.group(1), match.group(2),
+                                match.group(1), match.group(2)))
     parts = tuple(int(p) if p is not None else 0 for p in match.group(1, 2, 3, 4))
     version = VllmVersion(text=str(text).strip().lstrip('v'), release=parts, suffix=match.group(5))
     if not version.in_range(SUPPORTED_SINCE, SUPPORTED_UNTIL):

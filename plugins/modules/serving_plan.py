@@ -19,6 +19,13 @@ description:
     GPUs, the model and the declared traffic. Every derived value carries the rule that produced it.
   - Read-only. An infeasible plan fails with the terms that do not add up and what would fit,
     unless O(fail_on_infeasible=false).
+  - Every input is type- and range-checked, and every figure read from a C(config.json), a
+    safetensors header or GGUF metadata too; bad input fails the task with a message naming the
+    field (result key C(field)) and the numbers, never a traceback. Errors never repeat what a
+    file holds.
+  - One central check refuses any plan with a negative or non-finite term, or a feasible plan
+    whose resident terms exceed a GPU's total, naming the term and the GPU (C(field) is then
+    C(plan.memory[i].<term>)); such a plan comes from input no real deployment has.
 notes:
   - The plan is pure arithmetic over the GPU facts and the model, so for a catalog name,
     Hugging Face repo id or config dict the action plugin of the same name computes it on the
@@ -57,6 +64,8 @@ options:
     description:
       - Engine version, for example C(0.10.1.1) for vLLM or a llama-box / llama.cpp release tag.
       - Flags, defaults and memory accounting are taken from this version's rules.
+      - A vLLM series without its release (C(0.10), C(0.9)) is refused as ambiguous, since flags
+        and accounting change within a series. Quote it in YAML - unquoted C(0.10) is the number 0.1.
     type: str
     required: true
   model:
@@ -64,10 +73,20 @@ options:
       - A catalog name (Hugging Face repo id or alias such as C(llama-3.3-70b)), a dict in
         Hugging Face C(config.json) form (optional key C(weight_bytes)), a local model directory,
         or a path to a C(.gguf) file (first shard of a split file).
+      - Refused, naming the key - geometry no real model has (for example more than 256 layers,
+        a negative or zero C(sliding_window), C(context_length) 0, more KV heads than heads,
+        floats or booleans where counts go, NaN or Infinity), unknown quantization fields, a
+        C(config.json) over 4 MiB, GGUF headers claiming more tensors or keys than the file can
+        hold, safetensors headers whose offsets or dtypes do not match the file, and a model
+        directory missing shards unless its C(model.safetensors.index.json) gives C(total_size).
     type: raw
     required: true
   gpus:
-    description: The GPUs the deployment runs on, as in C(ansible_facts.kvpin_gpus.gpus).
+    description:
+      - The GPUs the deployment runs on, as in C(ansible_facts.kvpin_gpus.gpus).
+      - At most 16 (llama.cpp's device limit). Each needs an integer C(index), a string C(name) and
+        C(memory_total) in bytes between 256 MiB and 4 TiB; C(memory_used) / C(memory_free), when
+        given, lie between 0 and the total; C(compute_capability) is a string like C(8.6).
     type: list
     elements: dict
     required: true

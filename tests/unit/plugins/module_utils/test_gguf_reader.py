@@ -166,7 +166,9 @@ def test_not_a_gguf_file_names_model(tmp_path):
     with pytest.raises(ModelSpecError) as err:
         ml.resolve_model(str(path))
     assert err.value.field == 'model'
-    assert 'is not a GGUF file (magic' in str(err.value)
+    assert 'is not a GGUF file' in str(err.value)
+    # what the file holds is not repeated (the path may be a symlink to any file)
+    assert 'PK' not in str(err.value) and 'not a gguf' not in str(err.value)
 
 
 def test_truncated_gguf_header(tmp_path, llama_gguf):

@@ -2,7 +2,7 @@
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
 
 A6000 = {'index': 0, 'uuid': 'GPU-1', 'name': 'NVIDIA RTX A6000', 'memory_total': 51527024640,
          'memory_used': 0, 'memory_free': 51527024640, 'compute_capability': '8.6'}
@@ -45,14 +45,20 @@ def test_bad_input_names_the_field(overrides, field, text):
 def test_dispatch_passes_only_set_knobs_to_the_engine_planner():
     seen = {}
 
+    gib = 1 << 30
+    planned = Plan(backend='vllm', backend_version='0.10.1.1', args=[], memory=[GpuMemory(
+        index=0, name='x', total=48 * gib, budget=40 * gib, weights=30 * gib, activation=gib,
+        non_torch=gib, cuda_graph=gib, kv_cache=7 * gib, headroom=7 * gib)], kv_cache_tokens=1000,
+        max_concurrency_at_max_len=1.0, feasible=True, settings={}, reasons={})
+
     def fake_vllm(spec, gpus, traffic, knobs, version):
         seen.update(spec=spec, gpus=gpus, traffic=traffic, knobs=knobs, version=version)
-        return 'plan'
+        return planned
 
     result = serving_plan.build_plan(
         params(tensor_parallel_size=4, max_model_len=None, prompt_tokens_p99='11000'),
         resolve_model=lambda model: 'spec:' + model, planners={'vllm': fake_vllm})
-    assert result == 'plan'
+    assert result is planned
     assert seen['spec'] == 'spec:meta-llama/Llama-3.3-70B-Instruct'
     assert seen['knobs'] == {'tensor_parallel_size': 4}
     assert seen['traffic'].prompt_tokens_p99 == 11000

@@ -20,7 +20,7 @@ V = prof.parse_version
     ('0.20.0rc1', (0, 20, 0, 0), 'rc1'),
     ('0.8.5.post1', (0, 8, 5, 0), 'post1'),
     ('0.33.0', (0, 33, 0, 0), None),
-    (' 0.12 ', (0, 12, 0, 0), None),
+    (' 0.12.0 ', (0, 12, 0, 0), None),
 ])
 def test_parse_version(text, release, suffix):
     version = V(text)
@@ -31,6 +31,13 @@ def test_parse_version(text, release, suffix):
 @pytest.mark.parametrize('text', ['0.8.4', '0.7.3', '0.34.0', '1.0.0', 'banana', '', None, '0.x'])
 def test_unsupported_or_bad_versions_are_refused(text):
     with pytest.raises(PlanInputError) as err:
+        V(text)
+    assert err.value.field == 'backend_version'
+
+
+@pytest.mark.parametrize('text', ['0.10', ' 0.12 ', 'v0.9', '0.20rc1'])
+def test_a_series_without_its_release_is_refused_as_ambiguous(text):
+    with pytest.raises(PlanInputError, match='ambiguous') as err:
         V(text)
     assert err.value.field == 'backend_version'
 
