@@ -82,7 +82,7 @@ class CardGap:
 
 # RTX 3090: the largest sourced 24 GB-class gap; the derived rows below are built on it.
 _RTX3090_GAP = _gap_from_log(24576, 2358)
-# Derived rows for 24 GB cards without a public pair: the RTX 3090 gap rounded up to 512 MiB.
+# Derived rows for GA102/24 GB-class cards without a public pair: the RTX 3090 gap rounded up.
 _DERIVED_24GB_GAP = 512 * MiB
 
 CARD_GAPS = (
@@ -101,12 +101,15 @@ CARD_GAPS = (
         '(https://github.com/3DTopia/Phidias-Diffusion/issues/8) and 23.65 GiB '
         '(https://github.com/HKUDS/GraphGPT/issues/29): the smallest is kept'),
     CardGap(
-        'RTX A6000', ('a6000',), 49140, 896 * MiB, True,
+        'RTX A6000', ('a6000',), 49140, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: nvidia-smi "67MiB / 49140MiB" '
-        '(https://nvlabs.github.io/sionna/phy/tutorials/Discover_Sionna.html); gap = twice the '
-        'RTX 3090 gap (same GA102 die, twice the memory: 2 x 435 MiB) rounded up to 896 MiB; the '
-        '48 GB AD102 RTX 6000 Ada logs a smaller one, 46068 MiB vs "total capacity of 44.43 GiB" '
-        '(https://github.com/DINGYANB/MTVCrafter/issues/21) = 0.56 GiB'),
+        '(https://nvlabs.github.io/sionna/phy/tutorials/Discover_Sionna.html); gap = the RTX 3090 '
+        'gap (same GA102 die and driver, 435 MiB) rounded up to 512 MiB. Bounded above by an '
+        'observation: the field report\'s all-80-layer llama-box deployment of a 70B Q4 model LOADED '
+        'on a 48 GB A6000 before dying on long prompts, which with this planner\'s load-time terms '
+        'needs a gap <= ~546 MiB (tests/unit/plugins/module_utils/test_llamacpp_memory.py). The 48 GB '
+        'Ada cards log 0.56-0.57 GiB (RTX 6000 Ada: 46068 MiB vs "total capacity of 44.43 GiB", '
+        'https://github.com/DINGYANB/MTVCrafter/issues/21; L40S row)'),
     CardGap(
         'RTX A5000', ('a5000',), 24564, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: GA102 24 GB like the RTX 3090; gap = the RTX 3090 '
