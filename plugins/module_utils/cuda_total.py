@@ -113,7 +113,8 @@ CARD_GAPS = (
     CardGap(
         'RTX A5000', ('a5000',), 24564, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: GA102 24 GB like the RTX 3090; gap = the RTX 3090 '
-        'gap (435 MiB, the largest sourced 24 GB-class gap) rounded up to 512 MiB'),
+        'gap (435 MiB, the largest sourced 24 GB-class gap, https://github.com/vllm-project/vllm/pull/14447) '
+        'rounded up to 512 MiB'),
     CardGap(
         'A100 80GB', ('a100', '80gb'), 81920, _gap_from_log(81920, 7914), False,
         'nvidia-smi "A100 80GB: 81920MiB" (https://github.com/modal-labs/modal-client/pull/2797) and '
@@ -140,7 +141,8 @@ CARD_GAPS = (
     CardGap(
         'A10G', ('a10g',), 23028, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found for the A10G: NVML total as the A10 (GA102, 23028 MiB); '
-        'gap = the RTX 3090 gap rounded up to 512 MiB, above the A10 row'),
+        'gap = the RTX 3090 gap (https://github.com/vllm-project/vllm/pull/14447) rounded up to 512 MiB, '
+        'above the A10 row (https://github.com/OpenBMB/MiniCPM-V/issues/640)'),
     CardGap(
         'A10', ('a10',), 23028, _gap_from_log(23028, 2218), False,
         'nvidia-smi "A10: 23028MiB" (https://github.com/modal-labs/modal-client/pull/2797); torch on '
