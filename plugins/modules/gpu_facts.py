@@ -66,7 +66,7 @@ notes:
     C(memory_used) excludes the memory the driver reserves for itself, reported
     separately as C(memory_reserved), and C(memory_free = memory_total -
     memory_reserved - memory_used).
-  - C(memory_total_cuda) estimates the smaller total CUDA (and so vLLM and llama.cpp) sees:
+  - C(memory_total_cuda) estimates the smaller total CUDA (and so vLLM and llama.cpp) sees;
     an RTX 3090 is 24576 MiB to nvidia-smi and 23.58 GiB to vLLM.
 author:
   - kvpin.fleet contributors (!UNKNOWN)
@@ -222,7 +222,7 @@ ansible_facts:
                   C(nvml_v2_reserved) (NVML's v2 C(reserved)), C(table:<card>) (the largest gap seen in
                   public logs for that card class, or a derived figure, module_utils/cuda_total.py), or
                   C(default margin) (2 % of the card, at least 512 MiB, for a card in no table row);
-                  C(none: <why>) when C(memory_total_cuda) is null.
+                  C(none) followed by the reason when C(memory_total_cuda) is null.
               type: str
               returned: always
               sample: table:RTX 4090
