@@ -95,7 +95,10 @@ def scenario(entry):
                     note='tensor_split 46/32 read from the KV lines; quant unknown: model buffer '
                          'not compared; GPU sizes nominal (feasibility not compared)')
     if url.endswith('/issues/17715'):
-        gpus = [_gpu(0, 'RTX 5090 (Vulkan)', entry['gpu_total_mib'], '12.0')]
+        # the total the engine logged is already what it can allocate: no driver share to take off
+        gpus = [dict(_gpu(0, 'RTX 5090 (Vulkan)', entry['gpu_total_mib'], '12.0'),
+                     memory_total_cuda=int(entry['gpu_total_mib'] * MiB),
+                     memory_total_cuda_source='total logged by the engine')]
         return dict(spec=GPT_OSS_20B, gpus=gpus, backend='llama.cpp', version='b7250',
                     knobs={'gpu_layers': 25, 'ctx_size': 16384, 'parallel': 1,
                            'flash_attn': bool(entry['flash_attn']), 'quantization': 'MXFP4_MOE'},

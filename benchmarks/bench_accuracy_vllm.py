@@ -3,14 +3,21 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The vLLM planner against real vLLM startup logs; prints tables, asserts nothing.
 
-For every entry of benchmarks/data/vllm_public.json (real ``vllm serve`` startup numbers with
-their source URLs; docs/data-sources.md says where each came from) the planner runs with the logged settings (model from the catalog, GPU total, TP,
+For every entry of benchmarks/data/vllm_public.json (real ``vllm serve`` startup numbers
+with their source URLs; docs/data-sources.md says where each came from) the planner runs
+with the logged settings (model from the catalog, TP,
 util, max_model_len, max_num_batched_tokens, block size) and the version's default
 max_num_seqs (what the logged runs used), then prints predicted vs logged weights,
 activation and "Available KV cache memory" per GPU, and whether the planner calls the
 deployment feasible vs what happened. A naive baseline (util x total - weights, what a
 weights-only estimate gives) is scored the same way. The ``accuracy:`` lines state each target
 and whether the planner meets it (PASS/FAIL); the exit status is 0 either way.
+
+The GPU total fed to the planner is what gpu_facts reports in the fleet: the NVML total of
+the card class (cuda_total.CARD_GAPS), not the CUDA total the log prints (kept as a column).
+The planner turns it into the CUDA-visible total itself. The "old" KV column is the same plan
+told that the NVML total is what CUDA sees (the planner before cuda_total): it over-states
+the budget by util x the driver's share; the summary counts over-predictions both ways.
 
 Assumptions, stated once: an entry without a version is planned as vLLM 0.11.0 (the
 source document's other revision names v0.11.0, and its graph memory was measured after KV
@@ -29,6 +36,7 @@ import sys
 # First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
 from _setup import ROOT
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
@@ -70,11 +78,23 @@ def runs(entries):
             yield extra
 
 
-def plan_entry(entry):
+def nvml_total(entry):
+    """What gpu_facts reports as memory_total for the entry's card: its class's NVML total."""
+    row = ct.find_card(entry['gpu'])
+    if row is None:
+        raise SystemExit('no cuda_total.CARD_GAPS row for %r: add one (with its source)' % entry['gpu'])
+    return row.nvml_total_mib * ct.MiB
+
+
+def plan_entry(entry, old=False):
+    """The plan from gpu_facts' view of the card (NVML total); ``old``: the same GPU with the
+    NVML total passed off as the CUDA total (the planner before cuda_total)."""
     spec = resolve_model(_model_name(entry))
-    total = int(entry['gpu_total_gib'] * GiB)
+    total = nvml_total(entry)
     tp = entry['tensor_parallel_size']
     gpus = [dict(index=i, name=entry['gpu'], memory_total=total) for i in range(tp)]
+    if old:
+        gpus = [dict(g, memory_total_cuda=total, memory_total_cuda_source='NVML total (old)') for g in gpus]
     version_text = entry['vllm_version'] or ASSUMED_VERSION
     version = prof.parse_version(version_text)
     util, util_source = _util(entry)
@@ -89,7 +109,7 @@ def plan_entry(entry):
     traffic = Traffic(prompt_tokens_p99=entry['max_model_len'] // 2,
                       max_output_tokens=entry['max_model_len'] // 2, max_concurrency=1)
     plan = plan_vllm(spec, gpus, traffic, knobs, version_text)
-    naive_kv = int(total * util) - spec.weight_bytes // tp
+    naive_kv = int(plan.memory[0].total * util) - spec.weight_bytes // tp
     naive_fits = naive_kv >= entry['max_model_len'] * kv_bytes_per_token(spec, tp, spec.dtype_bytes)
     return spec, plan, util, util_source, version_text, naive_kv, naive_fits
 
@@ -119,18 +139,25 @@ def main():
         entries = json.load(handle)['entries']
     print('vLLM planner vs logged startups (%s); GiB per GPU; pred = kvpin plan, log = vLLM log, '
           'naive = util x total - weights' % os.path.relpath(DATA, ROOT))
-    header = ('%-32s %-8s %2s %4s %5s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s | %-5s %-5s %-7s'
-              % ('model', 'version', 'TP', 'util', 'len', 'W pred', 'W log', 'A pred', 'A log',
-                 'G pred', 'G log', 'KV pred', 'KV log', 'err', 'naive', 'plan', 'naive', 'logged'))
+    print('totals: NVML = what gpu_facts reports (the input), CUDA est = the planner\'s CUDA-visible '
+          'total, CUDA log = total_gpu_memory in the log; KV old = the plan fed the NVML total as CUDA\'s')
+    header = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
+              % ('model', 'version', 'TP', 'util', 'len', 'NVML', 'CUDA est', 'CUDA log', 'W pred', 'W log',
+                 'A pred', 'A log', 'G pred', 'G log', 'KV pred', 'KV old', 'KV log', 'err', 'naive',
+                 'plan', 'naive', 'logged'))
     print(header)
     print('-' * len(header))
     scored = planner_ok = naive_ok = 0
+    over_new = over_old = 0
+    worst_new = worst_old = 0
     outcome_ok = naive_outcome_ok = outcomes = 0
     misses = []
     for entry in runs(entries):
         spec, plan, util, util_source, version_text, naive_kv, naive_fits = plan_entry(entry)
+        old_plan = plan_entry(entry, old=True)[1]
         mem = plan.memory[0]
         kv_pred = min(m.terms['kv_budget'] for m in plan.memory)
+        kv_old = min(m.terms['kv_budget'] for m in old_plan.memory)
         started = entry['startup_outcome'] == 'started'
         err_text = '      -'
         if entry['kv_cache_gib'] is not None:
@@ -140,6 +167,10 @@ def main():
             planner_ok += ok
             naive_ok += nok
             err_text = '%+7.2f' % (err / GiB)
+            over_new += kv_pred > entry['kv_cache_gib'] * GiB
+            over_old += kv_old > entry['kv_cache_gib'] * GiB
+            worst_new = max(worst_new, kv_pred - entry['kv_cache_gib'] * GiB)
+            worst_old = max(worst_old, kv_old - entry['kv_cache_gib'] * GiB)
             if not ok:
                 misses.append('%s TP%d: KV off by %+.2f GiB (weights pred %.2f vs log %s)' % (
                     spec.name, entry['tensor_parallel_size'], err / GiB, mem.weights / GiB,
@@ -147,11 +178,13 @@ def main():
         outcomes += 1
         outcome_ok += plan.feasible == started
         naive_outcome_ok += naive_fits == started
-        print('%-32s %-8s %2d %4.2f %5d | %s %s | %s %s | %s %s | %s %s %s %s | %-5s %-5s %-7s' % (
+        print('%-32s %-8s %2d %4.2f %5d | %s %s %s | %s %s | %s %s | %s %s | %s %s %s %s %s | %-5s %-5s %-7s' % (
             spec.name.split('/')[-1][:32], version_text + ('' if entry['vllm_version'] else '*'),
-            entry['tensor_parallel_size'], util, entry['max_model_len'], _g(mem.weights),
+            entry['tensor_parallel_size'], util, entry['max_model_len'], _g(mem.terms['nvml_total']),
+            _g(mem.total), _l(entry['gpu_total_gib']), _g(mem.weights),
             _l(entry['weights_gib']), _g(mem.activation), _l(entry['peak_activation_gib']),
-            _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(kv_pred), _l(entry['kv_cache_gib']), err_text, _g(naive_kv),
+            _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(kv_pred), _g(kv_old), _l(entry['kv_cache_gib']),
+            err_text, _g(naive_kv),
             'fits' if plan.feasible else 'NO', 'fits' if naive_fits else 'NO',
             'started' if started else 'FAILED'))
         if util_source != 'logged':
@@ -166,6 +199,9 @@ def main():
         outcome_ok, outcomes, naive_outcome_ok, outcomes))
     print(verdict_line('KV within max(0.5 GiB, 10 %) on', planner_ok, scored, 'rows', KV_TARGET_FRACTION))
     print(verdict_line('feasible == what happened on', outcome_ok, outcomes, 'runs', OUTCOME_TARGET_FRACTION))
+    print('KV over-predicted (pred > logged, the unsafe side): from gpu_facts\' NVML total via the '
+          'CUDA-visible total %d/%d (worst %+.2f GiB); NVML total taken as CUDA\'s (old) %d/%d '
+          '(worst %+.2f GiB)' % (over_new, scored, worst_new / GiB, over_old, scored, worst_old / GiB))
     for line in misses:
         print('  miss: ' + line)
     mistral_per_logit = (2.12 * GiB - 1.36 * 8192 * 5120 * 2) / (1024 * 131072)

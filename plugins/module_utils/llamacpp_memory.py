@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
     LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, GGUFLayout, ModelSpec)
@@ -753,6 +754,8 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
         if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
             raise PlanInputError('gpus[%d].memory_total' % position,
                                  'must be a positive number of bytes, got %r' % (total,))
+    # llama.cpp allocates through CUDA, which sees NVML's total less what the driver keeps
+    cudas = [ct.of_gpu(gpu, 'gpus[%d]' % position) for position, gpu in enumerate(gpus)]
     knobs = dict(knobs or {})
     profile = prof.engine_profile(backend, backend_version)
     warnings = list(profile.warnings)
@@ -856,7 +859,7 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                        n_ff_live=ff_live, n_vocab=spec.vocab_size, flash_attn=flash_attn)
     units_by_layer, output_unit = _units_for(spec, layout, dims, cells, cells_s, ctype_k, ctype_v)
     all_units = units_by_layer + [output_unit]
-    budgets = [g['memory_total'] - reserve for g in gpus]
+    budgets = [c.cuda_total - reserve for c in cudas]
     for position, gpu in enumerate(gpus):
         used = gpu.get('memory_used')
         if isinstance(used, int) and used > reserve:
@@ -912,9 +915,9 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
     not_fitting = []
     for position, (r, b) in enumerate(zip(results, budgets)):
         if not _fits(r, b):
-            total = r.gpu['memory_total']
+            total = cudas[position].cuda_total
             line = ('GPU %s (%s): model %s + KV %s + compute %s + CUDA pool growth %s + CUDA '
-                    'context %s = %s > budget %s (total %s - reserve %s)' % (
+                    'context %s = %s > budget %s (CUDA-visible total %s - reserve %s)' % (
                         r.gpu.get('index', position), r.gpu.get('name'), fmt_bytes(r.weights),
                         fmt_bytes(r.kv), fmt_bytes(r.compute), fmt_bytes(r.pool),
                         fmt_bytes(r.context), fmt_bytes(r.runtime_resident), fmt_bytes(b),
@@ -954,12 +957,16 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
     for position, (r, b) in enumerate(zip(results, budgets)):
         memory.append(GpuMemory(
             index=int(r.gpu.get('index', position)), name=str(r.gpu.get('name', '')),
-            total=r.gpu['memory_total'], budget=b, weights=r.weights,
+            total=cudas[position].cuda_total, budget=b, weights=r.weights,
             activation=r.compute + r.pool, non_torch=r.context,
             # CUDA graphs are captured only for single-token batches and are not in the
             # buffers above (ggml-cuda.cu disables them for batch size > 1); charged 0
             cuda_graph=0, kv_cache=r.kv, headroom=b - r.runtime_resident,
-            terms=dict(r.terms), explain=dict(r.explain, cuda_graph=CUDA_GRAPH_NOTE)))
+            terms=dict(r.terms, nvml_total=cudas[position].nvml_total,
+                       driver_reserved=cudas[position].gap),
+            explain=dict(r.explain, cuda_graph=CUDA_GRAPH_NOTE,
+                         total='CUDA-visible total (what llama.cpp can allocate): %s [%s]' % (
+                             cudas[position].explain, cudas[position].source))))
     settings = {'gpu_layers': k, 'ctx_size': ctx_size, 'parallel': parallel,
                 'flash_attn': flash_attn, 'cache_type_k': ctype_k, 'cache_type_v': ctype_v,
                 'ubatch_size': ubatch, 'batch_size': batch, 'no_kv_offload': no_kv_offload,

@@ -15,6 +15,8 @@ memory_total, memory_used, memory_free and compute_capability)::
      "gpus": [{"index": 0, "uuid": "GPU-...", "name": "NVIDIA GeForce RTX 4090",
                "memory_total": 25757220864, "memory_used": ..., "memory_free": ...,
                "memory_reserved": 0 or None,
+               "memory_total_cuda": 25345638400 or None,
+               "memory_total_cuda_source": "table:RTX 4090",
                "compute_capability": "8.9", "pci_bus_id": "00000000:01:00.0",
                "pci_device_id": "0x268410de", "power_limit_watts": 450.0 or None,
                "mig_mode": {"current": False, "pending": False} or None,
@@ -29,11 +31,18 @@ excludes the driver/firmware ``reserved`` part and ``free = total - reserved - u
 (so ``free`` is what a new CUDA context can still get). On a driver without the v2 call,
 the v1 figures are used: ``used`` then includes the reserved part and
 ``memory_reserved`` is None.
+
+``memory_total_cuda`` is the estimate of the total CUDA sees (cudaMemGetInfo, what vLLM
+budgets from), with its source (module_utils/cuda_total.py): NVML's v2 ``reserved`` is part
+of ``total`` ("Total physical device memory"; ``reserved``: "Device memory reserved for
+system use (driver or firmware)", https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__v2__t.html).
 """
 
 from __future__ import annotations
 
 import ctypes
+
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 
 # NVML return codes (nvml.h nvmlReturn_t).
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -199,14 +208,18 @@ def read_gpu(nvml, index):
     total, used, free, reserved = read_memory(nvml, handle)
     major, minor = _call(nvml, 'nvmlDeviceGetCudaComputeCapability', nvml.nvmlDeviceGetCudaComputeCapability, handle)
     pci = _call(nvml, 'nvmlDeviceGetPciInfo_v3', nvml.nvmlDeviceGetPciInfo_v3, handle)
+    name = _call(nvml, 'nvmlDeviceGetName', nvml.nvmlDeviceGetName, handle)
+    cuda_estimate, cuda_source = cuda_total.facts_fields(_decode(name), total, reserved)
     gpu = {
         'index': index,
         'uuid': _call(nvml, 'nvmlDeviceGetUUID', nvml.nvmlDeviceGetUUID, handle),
-        'name': _call(nvml, 'nvmlDeviceGetName', nvml.nvmlDeviceGetName, handle),
+        'name': name,
         'memory_total': total,
         'memory_used': used,
         'memory_free': free,
         'memory_reserved': reserved,
+        'memory_total_cuda': cuda_estimate,
+        'memory_total_cuda_source': cuda_source,
         'compute_capability': format_compute_capability(major, minor),
         'pci_bus_id': _decode(pci.busId),
         'pci_device_id': '0x%08x' % pci.pciDeviceId,

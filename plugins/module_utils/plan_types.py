@@ -4,8 +4,10 @@
 """Types shared by every planner: inputs (traffic, GPUs) and the plan they return.
 
 GPU dicts are the entries of ``ansible_facts.kvpin_gpus.gpus`` as ``gpu_facts`` returns
-them; planners read only: index, uuid, name, memory_total, memory_used, memory_free
-(bytes) and compute_capability ("8.6").
+them; planners read only: index, uuid, name, memory_total, memory_used, memory_free,
+memory_reserved, memory_total_cuda and memory_total_cuda_source (bytes; the last three
+through cuda_total.of_gpu, which gives the CUDA-visible total the budgets start from) and
+compute_capability ("8.6").
 """
 
 from __future__ import annotations

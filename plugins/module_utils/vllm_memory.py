@@ -5,6 +5,8 @@
 
 How vLLM sizes its KV cache (docs/architecture.md, "vLLM"), per GPU, in bytes:
 
+    total   = CUDA-visible total: NVML memory_total - what the driver keeps (cuda_total.py);
+              vLLM reads torch.cuda.mem_get_info()[1], never the NVML figure
     budget  = total * gpu_memory_utilization              (or --kv-cache-memory-bytes)
     kv      = budget - weights - activation_peak - non_torch_inside (- cuda_graph_pool from 0.20)
     outside = cuda_context (+ nccl from 0.11) (+ cuda_graph_pool up to 0.19)
@@ -26,6 +28,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 
 # ----------------------------------------------------------------------------------------
@@ -297,11 +300,21 @@ OUTSIDE_LABELS = {'cuda_context': 'CUDA context', 'nccl_buffers': 'NCCL buffers'
                   'cublas_workspaces': 'cuBLAS workspaces', 'cuda_graph_pool': 'CUDA graph pool'}
 
 
+def cuda_total_of(gpu, position=0):
+    """cuda_total.CudaTotal of one GPU: the total vLLM budgets from. vLLM reads
+    ``torch.cuda.mem_get_info()[1]`` (cudaMemGetInfo), which is NVML's memory_total less
+    what the driver and firmware keep; budgeting util x the NVML total would promise util x
+    that gap more KV than vLLM allocates. Every total below is this one."""
+    return ct.of_gpu(gpu, 'gpus[%d]' % position)
+
+
 def outside_terms(acct, graphs_inside, tp, gpu, graph_pool):
     """(named terms, resident, required) that vLLM holds outside total * util on one GPU.
 
     resident = what really sits there while serving; required = resident + vLLM's profiler
-    buffer + the safety margin: total * (1 - util) must be at least this."""
+    buffer + the safety margin: total * (1 - util) must be at least this. The margin is a
+    share of the card's NVML memory_total (the larger total: the margin does not shrink
+    because the driver keeps part of the card)."""
     total = gpu['memory_total']
     parts = {'cuda_context': CUDA_CONTEXT_BYTES}
     if acct.nccl_in_baseline and tp > 1:
@@ -478,10 +491,13 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
     """term -> how it was computed, for one GPU of an evaluation (GpuMemory.explain)."""
     acct = ctx.acct
     return {
-        'total': 'NVML memory_total of GPU %s (%s)' % (gpu.get('index', '?'), gpu.get('name', '?')),
+        'total': 'CUDA-visible total of GPU %s (%s), what vLLM budgets from (torch.cuda.mem_get_info'
+                 ' total, which excludes the memory the driver keeps): %s [%s]' % (
+                     gpu.get('index', '?'), gpu.get('name', '?'), row['cuda'].explain, row['cuda'].source),
         'budget': (('--kv-cache-memory-bytes %s + the charged terms (util ignored for the budget)'
                     % _gib(pinned_bytes)) if pinned_bytes else
-                   'ceil(total x gpu_memory_utilization %g)' % util),
+                   'ceil(total x gpu_memory_utilization %g), total = the CUDA-visible total %s, not '
+                   'the NVML total %s' % (util, _gib(row['cuda'].cuda_total), _gib(row['cuda'].nvml_total))),
         'weights': w_explain,
         'activation': row['a_explain'],
         'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, fitted '
@@ -551,8 +567,9 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     # Outside terms and the derived utilization (with the largest max_num_seqs considered,
     # so the capture-size-dependent graph pool is not under-counted).
     derived = None
-    for gpu in gpus:
-        total = gpu['memory_total']
+    cudas = [cuda_total_of(gpu, position) for position, gpu in enumerate(gpus)]
+    for gpu, cuda in zip(gpus, cudas):
+        total = cuda.cuda_total
         required = outside_terms(acct, ctx.graphs_inside, tp, gpu, graph_for(ms_upper)[0])[2]
         util_here = floor_util(total - required, total)
         derived = util_here if derived is None else min(derived, util_here)
@@ -570,8 +587,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     def blocks_for(ms):
         """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs."""
         rows = []
-        for gpu in gpus:
-            total = gpu['memory_total']
+        for gpu, cuda in zip(gpus, cudas):
+            total = cuda.cuda_total
             nccl = nccl_buffer_bytes(tp, gpu.get('name'))
             act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt)
             graph, g_terms, g_explain = graph_for(ms)
@@ -582,7 +599,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             else:
                 kv_budget = util_bytes(total, util) - charged
             blocks = max(0, kv_budget) // layout.bytes_per_block
-            rows.append(dict(gpu=gpu, total=total, nccl=nccl, act=act, a_terms=a_terms,
+            rows.append(dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
                              a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
                              inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks))
         usable = min(r['blocks'] for r in rows) - (1 if acct.holds_null_block else 0)
@@ -620,7 +637,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
         total, gpu = row['total'], row['gpu']
         kv_alloc = row['blocks'] * layout.bytes_per_block
         outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside, tp, gpu, row['graph'])
-        margin = safety_margin_bytes(total)
+        margin = safety_margin_bytes(row['cuda'].nvml_total)
         if pinned_bytes:
             budget = row['charged'] + pinned_bytes
             kv_alloc = pinned_bytes
@@ -654,6 +671,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             'kv_budget': row['kv_budget'], 'kv_bytes_per_token': layout.bytes_per_token,
             'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
             'outside_required': required,
+            'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
         })
         terms.update(('outside_' + name, size) for name, size in outside.items())
         explain = _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,

@@ -66,6 +66,8 @@ notes:
     C(memory_used) excludes the memory the driver reserves for itself, reported
     separately as C(memory_reserved), and C(memory_free = memory_total -
     memory_reserved - memory_used).
+  - C(memory_total_cuda) estimates the smaller total CUDA (and so vLLM and llama.cpp) sees;
+    an RTX 3090 is 24576 MiB to nvidia-smi and 23.58 GiB to vLLM.
 author:
   - kvpin.fleet contributors (!UNKNOWN)
 '''
@@ -205,6 +207,25 @@ ansible_facts:
               type: int
               returned: always
               sample: 0
+            memory_total_cuda:
+              description:
+                - Estimate of the total a CUDA process sees (C(cudaMemGetInfo), C(torch.cuda.mem_get_info()[1]),
+                  what vLLM budgets C(gpu_memory_utilization) of), bytes. NVML's C(memory_total) less what the
+                  driver keeps; the planners budget from this, not from C(memory_total).
+                - Null when the NVML figures cannot give one (see C(memory_total_cuda_source)).
+              type: int
+              returned: always
+              sample: 25345638400
+            memory_total_cuda_source:
+              description:
+                - Where the driver's share came from, the larger when several are known.
+                  C(nvml_v2_reserved) (NVML's v2 C(reserved)), C(table:<card>) (the largest gap seen in
+                  public logs for that card class, or a derived figure, module_utils/cuda_total.py), or
+                  C(default margin) (2 % of the card, at least 512 MiB, for a card in no table row);
+                  C(none) followed by the reason when C(memory_total_cuda) is null.
+              type: str
+              returned: always
+              sample: table:RTX 4090
             compute_capability:
               description: CUDA compute capability, C(major.minor).
               type: str

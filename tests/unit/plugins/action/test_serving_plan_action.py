@@ -19,6 +19,7 @@ import sys
 import pytest
 import yaml
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import model_needs_node_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -150,7 +151,12 @@ def test_report_deployment_gets_the_report_pins_on_the_controller(playbook_run):
     assert '--tensor-parallel-size=4' in plan['args']
     assert '--max-model-len=16384' in plan['args']
     assert plan['settings']['gpu_memory_utilization'] <= 0.90
-    assert [gpu['total'] for gpu in plan['memory']] == [gpu['memory_total'] for gpu in GPUS]
+    # Per-GPU rows are these GPUs: the vLLM plan's total is the CUDA-visible total (what
+    # vLLM budgets from), and the NVML memory_total it came from is kept as a term.
+    assert [gpu['terms']['nvml_total'] for gpu in plan['memory']] == [gpu['memory_total'] for gpu in GPUS]
+    assert [gpu['total'] for gpu in plan['memory']] == [
+        cuda_total.estimate(gpu['name'], gpu['memory_total'], gpu.get('memory_reserved')).cuda_total
+        for gpu in GPUS]
 
 
 @pytest.mark.parametrize('name, message', [

@@ -148,7 +148,10 @@ def test_report_all_80_layers_load_then_die_on_the_first_4k_prompts():
     assert 'LOADS' in text and 'first long prompt' in text
     gpu = p.memory[0]
     load = gpu.weights + gpu.kv_cache + gpu.terms['compute_buffer'] + gpu.non_torch
-    assert load <= A6000['memory_total'] < load + gpu.terms['cuda_pool_growth']
+    # against the CUDA-visible total (what llama.cpp can allocate: NVML total less the driver's
+    # share), not the NVML total: loading needs the memory CUDA can hand out
+    assert gpu.terms['nvml_total'] == A6000['memory_total'] > gpu.total
+    assert load <= gpu.total < load + gpu.terms['cuda_pool_growth']
     assert any('fewer layers' in s for s in p.suggestions)
 
 
@@ -188,7 +191,9 @@ def test_memory_terms_add_up():
     g = p.memory[0]
     assert g.activation == g.terms['compute_buffer'] + g.terms['cuda_pool_growth']
     assert g.non_torch == lm.CUDA_CONTEXT_BYTES and g.cuda_graph == 0
-    assert g.budget == A6000['memory_total'] - lm.DEFAULT_VRAM_RESERVE_BYTES
+    # the budget is the CUDA-visible total (NVML total less what the driver keeps) - reserve
+    assert g.budget == g.total - lm.DEFAULT_VRAM_RESERVE_BYTES
+    assert g.total == A6000['memory_total'] - g.terms['driver_reserved'] and g.terms['driver_reserved'] > 0
     assert g.headroom == g.budget - (g.weights + g.kv_cache + g.activation + g.non_torch)
     assert p.kv_cache_tokens == p.settings['kv_cells'] == 18432
     assert p.max_concurrency_at_max_len == 4

@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
     NvmlProbeError,
     format_compute_capability,
@@ -298,3 +299,30 @@ def test_stub_answers_gpustacks_nvlink_field_query(nvml, monkeypatch):
         assert nvml.nvmlDeviceGetPciInfo_v3(rtx4090).busIdLegacy == '0000:02:00.0'
     finally:
         nvml.nvmlShutdown()
+
+
+def test_cuda_total_estimate_from_v2_reserved_table_and_v1(nvml, monkeypatch, tmp_path):
+    """memory_total_cuda: NVML v2 reserved where it is the larger gap, the card's table row
+    otherwise, the table row on the v1 fallback (no reserved figure)."""
+    data = load_fixture('lab-4090x2')
+    data['devices'][0]['memory_reserved'] = 600 * MiB    # above the 4090 row's logged gap
+    data['devices'][1]['memory_reserved'] = 346 * MiB    # below it: the table row wins
+    use(monkeypatch, write_fixture(tmp_path, data, 'v2.json'))
+    v2 = probe(nvml)['gpus']
+    assert v2[0]['memory_total_cuda'] == RTX4090_TOTAL - 600 * MiB
+    assert v2[0]['memory_total_cuda_source'] == 'nvml_v2_reserved'
+    row = cuda_total.find_card(RTX4090, RTX4090_TOTAL)
+    assert v2[1]['memory_total_cuda'] == RTX4090_TOTAL - row.gap_bytes
+    assert v2[1]['memory_total_cuda_source'] == 'table:RTX 4090'
+    data['fail'] = {'call': 'nvmlDeviceGetMemoryInfo_v2', 'error': 13}  # old driver: no v2 symbol
+    use(monkeypatch, write_fixture(tmp_path, data, 'v1.json'))
+    v1 = probe(nvml)['gpus']
+    assert [g['memory_total_cuda_source'] for g in v1] == ['table:RTX 4090'] * 2
+    assert all(g['memory_total_cuda'] == RTX4090_TOTAL - row.gap_bytes for g in v1)
+
+
+def test_cuda_total_of_the_lab_cards(nvml, monkeypatch):
+    use(monkeypatch, os.path.join(FIXTURES, 'lab-mixed.json'))
+    for gpu in probe(nvml)['gpus']:
+        assert 0 < gpu['memory_total_cuda'] < gpu['memory_total']
+        assert gpu['memory_total_cuda_source'].startswith('table:')
