@@ -53,8 +53,9 @@ class FakeGpustack:
         self.server = server
         self.url = server.url
         self.version = version
-        self.models = {m['id']: dict(m) for m in models or []}
-        self.workers = {w['id']: dict(w) for w in workers or []}
+        # Deep copies: the test's records stay as they were written.
+        self.models = {m['id']: json.loads(json.dumps(m)) for m in models or []}
+        self.workers = {w['id']: json.loads(json.dumps(w)) for w in workers or []}
         self.overrides = {}
         prefix = '/' + version
         server.route('GET', prefix + '/models', self._route('GET', prefix + '/models', self._list(self.models)))
