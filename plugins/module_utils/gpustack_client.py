@@ -131,14 +131,15 @@ def check_server_url(value):
     if parts.query or parts.fragment:
         raise ClientInputError('server_url', 'must not have a query or fragment, got %r' % (value,))
     try:
-        port = parts.port
+        port_ok = parts.port is None or parts.port > 0
     except ValueError:
+        port_ok = False
+    if not port_ok:
         raise ClientInputError('server_url', 'has an invalid port: %r' % (value,))
     if not parts.hostname:
         raise ClientInputError('server_url', 'has no host: %r' % (value,))
     if any(ord(char) < 0x21 or ord(char) > 0x7e for char in value):
         raise ClientInputError('server_url', 'holds whitespace, control or non-ASCII characters: %r' % (value,))
-    del port
     return value.rstrip('/')
 
 
