@@ -29,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ['AttackerServer', 'json_body', 'raw', 'redirect', 'drip', 'slow_headers', 'huge', 'hang',
-           'close_early', 'not_found']
+           'close_early', 'not_found', 'elapsed']
 
 _REASONS = {200: 'OK', 201: 'Created', 204: 'No Content', 301: 'Moved Permanently', 302: 'Found',
             303: 'See Other', 307: 'Temporary Redirect', 308: 'Permanent Redirect', 400: 'Bad Request',
