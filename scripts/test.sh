@@ -36,6 +36,7 @@ run_step() {
 
 step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
 
+# tests/adversarial: hostile inputs (HTTP servers on 127.0.0.1, model files, plan terms).
 step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider; }
 
 step_lint() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/ansible-lint"; }

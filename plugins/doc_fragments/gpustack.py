@@ -15,6 +15,7 @@ options:
   server_url:
     description:
       - Base URL of the GPUStack server, for example C(https://gpustack.example:443).
+      - No credentials (C(user:password@)), query or fragment.
       - Defaults to the environment variable E(GPUSTACK_SERVER_URL).
     type: str
     required: true
@@ -22,6 +23,11 @@ options:
     description:
       - GPUStack API key (C(gpustack_...)), sent as C(Authorization) C(Bearer). Needs the
         management scope.
+      - Surrounding whitespace (the trailing newline of a C(|) vault scalar or of
+        C(slurp | b64decode)) is stripped; a key with whitespace, control or non-ASCII characters
+        inside is refused without being shown.
+      - Sent only to the origin (scheme, host, port) of O(server_url); a redirect to another origin,
+        or of any request but a GET, fails naming its C(Location).
       - Defaults to the environment variable E(GPUSTACK_API_KEY).
     type: str
     required: true
@@ -30,10 +36,14 @@ options:
     type: bool
     default: true
   ca_path:
-    description: PEM file of the CA that signed the server's certificate.
+    description:
+      - PEM file of the CA that signed the server's certificate. A missing file, or one without a
+        C(BEGIN CERTIFICATE) block, fails before anything is sent.
     type: path
   timeout:
-    description: Seconds to wait for each answer.
+    description:
+      - Seconds one request may take in all (connect, TLS, headers, body and same-origin redirects),
+        more than 0 and at most 3600. Answers are also capped in size (16 MiB).
     type: int
     default: 30
   api_version:

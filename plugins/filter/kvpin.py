@@ -20,6 +20,11 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import
     SystemReservedError,
     system_reserved,
 )
+from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
+    SystemdEnvError,
+    env_file_content,
+    env_names,
+)
 
 
 def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
@@ -64,6 +69,22 @@ def kvpin_pip_pins(requirements):
         raise AnsibleFilterError('kvpin_pip_pins: %s' % exc)
 
 
+def kvpin_systemd_env_file(environment, what='environment'):
+    """An EnvironmentFile= body (systemd's quoting) for a dict of NAME: value."""
+    try:
+        return env_file_content(environment, what=what)
+    except SystemdEnvError as exc:
+        raise AnsibleFilterError('kvpin_systemd_env_file: %s' % exc)
+
+
+def kvpin_systemd_env_names(environment, what='environment'):
+    """The checked, sorted variable names of a dict of NAME: value."""
+    try:
+        return env_names(environment, what=what)
+    except SystemdEnvError as exc:
+        raise AnsibleFilterError('kvpin_systemd_env_names: %s' % exc)
+
+
 class FilterModule(object):
     """kvpin.fleet filters."""
 
@@ -73,4 +94,6 @@ class FilterModule(object):
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_system_reserved': kvpin_system_reserved,
+            'kvpin_systemd_env_file': kvpin_systemd_env_file,
+            'kvpin_systemd_env_names': kvpin_systemd_env_names,
         }

@@ -8,17 +8,27 @@
 - Every failure is a GpustackApiError carrying the HTTP status (None when no answer came),
   the server's own message (GPUStack answers ``{"code","reason","message"}``; a 422 carries
   the validation errors verbatim in ``message``), the method and the path.
+
+What the client does not trust (README "Security"): the HTTP answers. Every request has one
+total deadline (connect, TLS, headers and body together), every body is size-capped, a redirect
+is followed only for a GET to the same origin (scheme, host, port) - a write or another origin
+fails naming the Location, so the key never leaves server_url and a write is never silently
+turned into a GET - and every list page is type-checked before it is used. Options are checked
+before anything is sent: the key is stripped of surrounding whitespace (a ``|`` vault scalar ends
+in a newline) and refused, without being shown, when it cannot be a header value.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
+import os
 import socket
 import ssl
-import urllib.error
+import threading
+import time
 import urllib.parse
-import urllib.request
 
 from ansible.module_utils.basic import env_fallback
 
@@ -26,8 +36,23 @@ API_VERSIONS = ('v1', 'v2')
 # Lists are paged (``page``, ``perPage``; answer ``{"items", "pagination"}``); 100 is the
 # server's default page size.
 PAGE_SIZE = 100
+# Most pages one list may have (100 000 records): a server that claims more is not believed.
+MAX_PAGES = 1000
 # Longest server message kept in an error (a 422 lists every validation error).
 MAX_MESSAGE_CHARS = 4000
+# Largest answer read: a page of 100 model records is about 0.5 MiB.
+MAX_BODY_BYTES = 16 * 2 ** 20
+# Largest error body read (only its message is kept).
+MAX_ERROR_BODY_BYTES = 64 * 2 ** 10
+# Same-origin redirects followed for one GET.
+MAX_REDIRECTS = 5
+REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+# Longest timeout accepted, in seconds, and the longest API key and CA file read.
+MAX_TIMEOUT = 3600
+MAX_API_KEY_CHARS = 4096
+MAX_CA_FILE_BYTES = 4 * 2 ** 20
+# What replaces the API key wherever a server echoes it back (a message, a Location).
+KEY_MASK = '********'
 
 
 def gpustack_connection_argument_spec():
@@ -58,6 +83,111 @@ class GpustackApiError(Exception):
         super().__init__(text)
 
 
+class ClientInputError(ValueError):
+    """A connection option that cannot be used; ``field`` names it. Never carries the key."""
+
+    def __init__(self, field_name, message):
+        super().__init__('%s: %s' % (field_name, message))
+        self.field = field_name
+
+
+def clean_api_key(value):
+    """The key to send: surrounding whitespace (a trailing newline from a ``|`` vault scalar or
+    ``slurp | b64decode``) stripped; refused, naming only positions, when it is empty or holds a
+    character that is not visible ASCII (it could not be a header value, or would smuggle one)."""
+    if not isinstance(value, str):
+        raise ClientInputError('api_key', 'must be a string, got %s' % type(value).__name__)
+    key = value.strip()
+    if not key:
+        raise ClientInputError('api_key', 'is empty%s' % (' (only whitespace)' if value else ''))
+    if len(key) > MAX_API_KEY_CHARS:
+        raise ClientInputError('api_key', 'is %d characters long, more than %d' % (len(key), MAX_API_KEY_CHARS))
+    bad = [index for index, char in enumerate(key) if not '!' <= char <= '~']
+    if bad:
+        raise ClientInputError('api_key', '%d character(s) inside the key are whitespace, control or non-ASCII '
+                                          '(first at position %d of %d); a key is printable ASCII without spaces '
+                                          '(the key is not shown)' % (len(bad), bad[0] + 1, len(key)))
+    return key
+
+
+def check_timeout(value):
+    """Seconds for one whole request: a finite number above 0, at most MAX_TIMEOUT."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ClientInputError('timeout', 'must be a number of seconds, got %r' % (value,))
+    if not 0 < value <= MAX_TIMEOUT:
+        raise ClientInputError('timeout', 'must be more than 0 and at most %d seconds, got %r' % (MAX_TIMEOUT, value))
+    return value
+
+
+def check_server_url(value):
+    """``scheme://host[:port][/prefix]`` with scheme http or https, no credentials, query or fragment."""
+    if not isinstance(value, str) or not value.startswith(('http://', 'https://')):
+        shown = value if isinstance(value, str) and '@' not in value else '(not shown)'
+        raise ClientInputError('server_url', 'must start with http:// or https://, got %r' % (shown,))
+    parts = urllib.parse.urlsplit(value)
+    if '@' in parts.netloc:
+        raise ClientInputError('server_url', 'must not carry credentials (user:password@); '
+                                             'the API key goes in api_key (the URL is not shown)')
+    if parts.query or parts.fragment:
+        raise ClientInputError('server_url', 'must not have a query or fragment, got %r' % (value,))
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if not port_ok:
+        raise ClientInputError('server_url', 'has an invalid port: %r' % (value,))
+    if not parts.hostname:
+        raise ClientInputError('server_url', 'has no host: %r' % (value,))
+    if any(ord(char) < 0x21 or ord(char) > 0x7e for char in value):
+        raise ClientInputError('server_url', 'holds whitespace, control or non-ASCII characters: %r' % (value,))
+    return value.rstrip('/')
+
+
+def origin_of(url):
+    """(scheme, host, port) of a URL: two URLs with the same origin may share credentials."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = (parts.scheme or '').lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or '').lower(), port or {'http': 80, 'https': 443}.get(scheme)
+
+
+def check_ca_file(ca_path):
+    """A readable PEM file with at least one CERTIFICATE block, at most MAX_CA_FILE_BYTES."""
+    if not isinstance(ca_path, str) or not ca_path:
+        raise ClientInputError('ca_path', 'must be a file path, got %r' % (ca_path,))
+    if not os.path.isfile(ca_path):
+        raise ClientInputError('ca_path', '%s does not exist or is not a file' % ca_path)
+    try:
+        size = os.path.getsize(ca_path)
+        if size > MAX_CA_FILE_BYTES:
+            raise ClientInputError('ca_path', '%s is %d bytes, more than a CA bundle (%d)' % (ca_path, size, MAX_CA_FILE_BYTES))
+        with open(ca_path, 'rb') as handle:
+            content = handle.read(MAX_CA_FILE_BYTES + 1)
+    except OSError as error:
+        raise ClientInputError('ca_path', 'cannot read %s: %s' % (ca_path, error.strerror or error))
+    if b'-----BEGIN CERTIFICATE-----' not in content:
+        raise ClientInputError('ca_path', '%s is not a PEM certificate file (no "-----BEGIN CERTIFICATE-----" '
+                                          'block; a DER file must be converted with openssl x509 -inform der)' % ca_path)
+
+
+def _ssl_context(validate_certs, ca_path):
+    if ca_path is not None:
+        check_ca_file(ca_path)
+    if not validate_certs:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=ca_path)
+    except (ssl.SSLError, OSError, ValueError) as error:
+        raise ClientInputError('ca_path', '%s: the TLS library refuses it as a CA file (%s)' % (
+            ca_path, getattr(error, 'reason', None) or error.__class__.__name__))
+
+
 def error_message_from_body(raw):
     """The server's message from an error body (GPUStack, FastAPI or plain text)."""
     text = raw.decode('utf-8', errors='replace') if isinstance(raw, bytes) else str(raw or '')
@@ -76,22 +206,69 @@ def error_message_from_body(raw):
     return text.strip()[:MAX_MESSAGE_CHARS]
 
 
+def _kind(value):
+    """A JSON value's type as the message names it, with a short sample."""
+    if value is None:
+        return 'null or nothing'
+    names = {dict: 'an object', list: 'a list', str: 'a string', bool: 'a boolean', int: 'a number',
+             float: 'a number'}
+    sample = repr(value)
+    return '%s (%s)' % (names.get(type(value), type(value).__name__), sample if len(sample) <= 60 else sample[:57] + '...')
+
+
+def _whole_number(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Deadline:
+    """One request's total deadline: when it passes, the socket is shut down from a timer
+    thread, which ends any blocked connect, TLS handshake or read (a server dripping one byte
+    per read timeout never trips a per-read timeout)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        # The connection's socket once connected: http.client drops connection.sock when the
+        # answer says "Connection: close", while the answer is still read from that socket.
+        self.sock = None
+
+    def remaining(self):
+        return self.end - time.monotonic()
+
+    def arm(self, connection):
+        def fire():
+            self.expired = True
+            sock = self.sock or connection.sock
+            if sock is not None:
+                try:
+                    # The plain socket's shutdown, also under TLS: it only ends the blocked read.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        timer = threading.Timer(max(self.remaining(), 0), fire)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+
 class GpustackClient:
     """JSON over HTTP(S) to one GPUStack server.
 
     ``api_version`` is ``v1``, ``v2`` or ``auto`` (resolved on first use by detect_api_version).
+    ``timeout`` is the total time for one request, redirects included.
     """
 
     def __init__(self, server_url, api_key, api_version='auto', validate_certs=True, ca_path=None,
-                 timeout=30, opener=None):
-        if not server_url or not server_url.startswith(('http://', 'https://')):
-            raise ValueError('server_url must start with http:// or https://, got %r' % (server_url,))
-        self.server_url = server_url.rstrip('/')
-        self._api_key = api_key
-        self.timeout = timeout
+                 timeout=30):
+        self.server_url = check_server_url(server_url)
+        self._api_key = clean_api_key(api_key)
+        self.timeout = check_timeout(timeout)
         self._api_version = api_version if api_version in API_VERSIONS else None
-        self._opener = opener or urllib.request.build_opener(
-            urllib.request.HTTPSHandler(context=self._ssl_context(validate_certs, ca_path)))
+        self._origin = origin_of(self.server_url)
+        self._context = _ssl_context(validate_certs, ca_path) if self._origin[0] == 'https' else None
+        if self._origin[0] == 'http' and ca_path is not None:
+            check_ca_file(ca_path)
 
     @classmethod
     def from_params(cls, params):
@@ -100,59 +277,139 @@ class GpustackClient:
                    validate_certs=params['validate_certs'], ca_path=params['ca_path'],
                    timeout=params['timeout'])
 
-    @staticmethod
-    def _ssl_context(validate_certs, ca_path):
-        if not validate_certs:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            return context
-        return ssl.create_default_context(cafile=ca_path)
+    @classmethod
+    def from_module(cls, module):
+        """from_params for an AnsibleModule; the key as sent (stripped) is masked in all its output
+        too, not only the key as given."""
+        client = cls.from_params(module.params)
+        module.no_log_values.add(client._api_key)
+        return client
+
+    def scrub(self, text):
+        """``text`` with the API key masked (servers may echo what they were sent)."""
+        text = str(text)
+        return text.replace(self._api_key, KEY_MASK) if self._api_key in text else text
 
     # -- raw requests -------------------------------------------------------------------
 
     def request(self, method, path, body=None, query=None):
-        """Send one request; return the parsed JSON answer (None for an empty body)."""
+        """Send one request; return the parsed JSON answer (None for an empty body).
+
+        Redirects: a GET follows up to MAX_REDIRECTS to the same origin; any other redirect is
+        an error naming its Location (nothing is re-sent)."""
         url = self.server_url + path
         if query:
             url += '?' + urllib.parse.urlencode(query)
-        headers = {'Accept': 'application/json', 'Authorization': 'Bearer %s' % self._api_key}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode('utf-8')
-            headers['Content-Type'] = 'application/json'
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            raise GpustackApiError(method, path, error.code, error_message_from_body(error.read()))
-        except urllib.error.URLError as error:
-            raise GpustackApiError(method, path, None, self._describe_network_error(error.reason))
-        except (socket.timeout, TimeoutError):
-            raise GpustackApiError(method, path, None, 'no answer within %ss (timeout)' % self.timeout)
-        except ssl.SSLError as error:
-            raise GpustackApiError(method, path, None, 'TLS error: %s' % error)
-        except OSError as error:
-            raise GpustackApiError(method, path, None, self._describe_network_error(error))
-        except http.client.HTTPException as error:
-            raise GpustackApiError(method, path, None, 'connection broken: %s' % (error.__class__.__name__,))
+        data = None if body is None else json.dumps(body).encode('utf-8')
+        deadline = _Deadline(self.timeout)
+        for _hop in range(MAX_REDIRECTS + 1):
+            status, location, raw = self._exchange(method, path, url, data, deadline)
+            if status not in REDIRECT_STATUSES:
+                break
+            url = self._redirect_target(method, path, url, status, location)
+        else:
+            raise GpustackApiError(method, path, status, 'more than %d redirects (the last to %s)' % (
+                MAX_REDIRECTS, self.scrub(location)))
+        if not 200 <= status < 300:
+            raise GpustackApiError(method, path, status, self.scrub(error_message_from_body(raw)))
         if not raw:
             return None
         try:
             return json.loads(raw)
         except ValueError:
-            raise GpustackApiError(method, path, None, 'answer is not JSON: %r' % raw[:200])
+            raise GpustackApiError(method, path, status, 'answer is not JSON: %s' % self.scrub(repr(raw[:200])))
 
-    def _describe_network_error(self, reason):
-        if isinstance(reason, ssl.SSLCertVerificationError):
+    def _redirect_target(self, method, path, url, status, location):
+        if not location:
+            raise GpustackApiError(method, path, status, 'a redirect without a Location header')
+        target = urllib.parse.urljoin(url, location)
+        shown = self.scrub(target)
+        if method != 'GET':
+            raise GpustackApiError(method, path, status, 'redirects to %s; a %s is not re-sent to another address '
+                                   '(it could turn into a GET and report a write that never happened): '
+                                   'set server_url to the address the API answers on' % (shown, method))
+        if origin_of(target) != self._origin:
+            raise GpustackApiError(method, path, status, 'redirects to another origin, %s; the API key is only '
+                                   'sent to server_url (%s): set server_url to the address the API answers on'
+                                   % (shown, self.server_url))
+        return target
+
+    def _exchange(self, method, path, url, data, deadline):
+        """One HTTP exchange: (status, Location header, body bytes), within ``deadline``."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise GpustackApiError(method, path, None, self._timeout_message())
+        parts = urllib.parse.urlsplit(url)
+        target = (parts.path or '/') + ('?' + parts.query if parts.query else '')
+        if parts.scheme == 'https':
+            connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=remaining,
+                                                     context=self._context or _ssl_context(True, None))
+        else:
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=remaining)
+        headers = {'Accept': 'application/json', 'Accept-Encoding': 'identity', 'User-Agent': 'kvpin.fleet',
+                   'Authorization': 'Bearer %s' % self._api_key}
+        if data is not None:
+            headers['Content-Type'] = 'application/json'
+        timer = deadline.arm(connection)
+        try:
+            connection.connect()
+            deadline.sock = connection.sock
+            connection.request(method, target, body=data, headers=headers)
+            response = connection.getresponse()
+            status = response.status
+            location = response.getheader('Location')
+            ok = 200 <= status < 300
+            raw = self._read_capped(method, path, response, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, fail=ok)
+            if deadline.expired:
+                # What was read before the deadline cut the connection may parse as complete.
+                raise GpustackApiError(method, path, None, self._timeout_message())
+            return status, location, raw
+        except GpustackApiError:
+            raise
+        except Exception as error:  # pylint: disable=broad-except
+            # Every other failure is described by its class only (never str(error): a header or
+            # URL could be in it); ssl and OS errors by their own reason.
+            raise GpustackApiError(method, path, None, self._describe(error, deadline))
+        finally:
+            timer.cancel()
+            connection.close()
+
+    def _read_capped(self, method, path, response, limit, fail):
+        declared = response.getheader('Content-Length')
+        if fail and declared and declared.strip().isdigit() and int(declared) > limit:
+            raise GpustackApiError(method, path, response.status, 'answer of %s bytes is larger than %d bytes; '
+                                   'not read' % (declared.strip(), limit))
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = response.read(min(2 ** 16, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            if fail:
+                raise GpustackApiError(method, path, response.status,
+                                       'answer is larger than %d bytes; not read further' % limit)
+            return b''.join(chunks)[:limit]
+        return b''.join(chunks)
+
+    def _timeout_message(self):
+        return 'no complete answer within %ss (timeout: the total for one request, redirects included)' % self.timeout
+
+    def _describe(self, error, deadline):
+        if deadline.expired or isinstance(error, (socket.timeout, TimeoutError)):
+            return self._timeout_message()
+        if isinstance(error, ssl.SSLCertVerificationError):
             return 'TLS certificate verification failed (%s); set ca_path, or validate_certs=false' % (
-                reason.verify_message or reason)
-        if isinstance(reason, ssl.SSLError):
-            return 'TLS error: %s' % reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            return 'no answer within %ss (timeout)' % self.timeout
-        return 'cannot reach %s: %s' % (self.server_url, reason)
+                error.verify_message or error.reason)
+        if isinstance(error, ssl.SSLError):
+            return 'TLS error: %s' % (error.reason or error.__class__.__name__)
+        if isinstance(error, http.client.HTTPException):
+            return 'connection broken: %s' % error.__class__.__name__
+        if isinstance(error, OSError):
+            return 'cannot reach %s: %s' % (self.server_url, error.strerror or error.__class__.__name__)
+        return 'could not send the request (%s; details are not shown, they may hold a header)' % (
+            error.__class__.__name__)
 
     # -- API version and paths ----------------------------------------------------------
 
@@ -183,21 +440,65 @@ class GpustackClient:
 
     # -- resources ----------------------------------------------------------------------
 
+    def _malformed(self, method, path, what):
+        return GpustackApiError(method, path, 200, 'malformed answer: %s' % self.scrub(what))
+
+    def check_record(self, method, path, record, where):
+        """``record`` if it is an object whose ``id`` is a whole number >= 0, else a
+        GpustackApiError naming ``where`` (the id goes into the next request's path)."""
+        if not isinstance(record, dict):
+            raise self._malformed(method, path, '%s must be an object, got %s' % (where, _kind(record)))
+        if not _whole_number(record.get('id')) or record['id'] < 0:
+            raise self._malformed(method, path, "%s has no whole-number 'id' (got %s)" % (where, _kind(record.get('id'))))
+        return record
+
     def list_all(self, resource, query=None):
-        """Every item of a paged list (follows ``pagination.totalPage``)."""
+        """Every item of a paged list (follows ``pagination.totalPage``, at most MAX_PAGES).
+
+        Each item is an object with a whole-number ``id`` and a string ``name``; anything else
+        in the answer is a GpustackApiError naming the field."""
         items = []
         page = 1
+        path = self.path(resource)
         while True:
             params = dict(query or {})
             params.update(page=page, perPage=PAGE_SIZE)
-            answer = self.request('GET', self.path(resource), query=params) or {}
+            answer = self.request('GET', path, query=params)
+            if answer is None:
+                answer = {}
             if isinstance(answer, list):      # unpaged answer
-                return answer
-            items.extend(answer.get('items') or [])
-            total_pages = (answer.get('pagination') or {}).get('totalPage') or 1
+                return self._check_items(path, answer, 'the list')
+            if not isinstance(answer, dict):
+                raise self._malformed('GET', path, 'page %d must be an object with items and pagination, got %s'
+                                      % (page, _kind(answer)))
+            page_items = answer.get('items')
+            if page_items is None:
+                page_items = []
+            if not isinstance(page_items, list):
+                raise self._malformed('GET', path, 'items must be a list, got %s' % _kind(page_items))
+            items.extend(self._check_items(path, page_items, 'items', len(items)))
+            pagination = answer.get('pagination')
+            if pagination is None:
+                pagination = {}
+            if not isinstance(pagination, dict):
+                raise self._malformed('GET', path, 'pagination must be an object, got %s' % _kind(pagination))
+            total_pages = pagination.get('totalPage')
+            if total_pages is None:
+                total_pages = 1
+            if not _whole_number(total_pages) or not 0 <= total_pages <= MAX_PAGES:
+                raise self._malformed('GET', path, 'pagination.totalPage must be a whole number from 0 to %d, got %s'
+                                      % (MAX_PAGES, _kind(total_pages)))
             if page >= total_pages:
                 return items
             page += 1
+
+    def _check_items(self, path, items, where, offset=0):
+        for index, item in enumerate(items):
+            self.check_record('GET', path, item, '%s[%d]' % (where, offset + index))
+            if not isinstance(item.get('name'), str):
+                raise self._malformed('GET', path, "%s[%d] has no string 'name' (got %s)"
+                                      % (where, offset + index, _kind(item.get('name'))))
+        return items
 
     def find_by_name(self, resource, name):
         """The one item named ``name`` (exact match), or None.
@@ -210,14 +511,25 @@ class GpustackClient:
                                    '%d %s are named %r; refusing to guess' % (len(matches), resource, name))
         return matches[0] if matches else None
 
+    def _record_answer(self, method, path, answer):
+        """A created, replaced or read record: an object (an empty body counts as {})."""
+        if answer is None:
+            return {}
+        if not isinstance(answer, dict):
+            raise self._malformed(method, path, 'the record must be an object, got %s' % _kind(answer))
+        return answer
+
     def get(self, resource, resource_id):
-        return self.request('GET', self.path(resource, resource_id))
+        path = self.path(resource, resource_id)
+        return self.check_record('GET', path, self.request('GET', path), 'the record')
 
     def create(self, resource, body):
-        return self.request('POST', self.path(resource), body)
+        path = self.path(resource)
+        return self._record_answer('POST', path, self.request('POST', path, body))
 
     def replace(self, resource, resource_id, body):
-        return self.request('PUT', self.path(resource, resource_id), body)
+        path = self.path(resource, resource_id)
+        return self._record_answer('PUT', path, self.request('PUT', path, body))
 
     def delete(self, resource, resource_id):
         return self.request('DELETE', self.path(resource, resource_id))

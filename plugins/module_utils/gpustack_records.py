@@ -70,6 +70,62 @@ class RecordInputError(ValueError):
         self.field = field_name
 
 
+class ServerRecordError(ValueError):
+    """A record the server answered with a field of the wrong type. ``field`` names it (for
+    example ``model.env`` or ``workers[lab-a].labels``); nothing is written after it."""
+
+    def __init__(self, field_name, message):
+        super().__init__('%s: %s' % (field_name, message))
+        self.field = field_name
+
+
+# The JSON type each managed field has on the server, for checking a record read back.
+_SERVER_FIELD_TYPES = {
+    'env': (dict, 'an object'), 'worker_selector': (dict, 'an object'), 'gpu_selector': (dict, 'an object'),
+    'categories': (list, 'a list'), 'backend_parameters': (list, 'a list'),
+}
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+def check_server_model(record, fields):
+    """``record`` (a model read from the server) if each of ``fields`` it holds has the type the
+    comparison needs; else ServerRecordError naming the field."""
+    for field_name in fields:
+        value = record.get(field_name)
+        expected = _SERVER_FIELD_TYPES.get(field_name)
+        if value is None or expected is None:
+            continue
+        if not isinstance(value, expected[0]):
+            raise ServerRecordError('model.%s' % field_name, 'the server answered %s, expected %s'
+                                    % (_short(value), expected[1]))
+        if field_name in ('env', 'worker_selector') and not all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value.values()):
+            raise ServerRecordError('model.%s' % field_name, 'values must be strings, the server answered %s'
+                                    % _short(value))
+        if field_name in ('categories', 'backend_parameters') and not all(isinstance(v, str) for v in value):
+            raise ServerRecordError('model.%s' % field_name, 'items must be strings, the server answered %s'
+                                    % _short(value))
+    return record
+
+
+def server_worker_labels(worker):
+    """A worker's labels as read from the server (str -> str), or ServerRecordError naming the worker."""
+    labels = worker.get('labels')
+    if labels is None:
+        return {}
+    where = 'workers[%s].labels' % worker.get('name')
+    if not isinstance(labels, dict):
+        raise ServerRecordError(where, 'the server answered %s, expected an object' % _short(labels))
+    bad = sorted(str(k) for k, v in labels.items() if not isinstance(v, str))
+    if bad:
+        raise ServerRecordError(where, 'values of %s are not strings: %s' % (', '.join(bad), _short(labels)))
+    return dict(labels)
+
+
 # -- model records ------------------------------------------------------------------------
 
 def _string_map(field_name, value):
@@ -284,7 +340,7 @@ def plan_model_change(existing, desired, state):
     (lines from field_changes).
     """
     fields = [f for f in MANAGED_FIELDS if f in desired]
-    before = normalise_model(existing, fields) if existing is not None else {}
+    before = normalise_model(check_server_model(existing, fields), fields) if existing is not None else {}
     if state == 'absent':
         if existing is None:
             return dict(action='none', before={}, after={}, changes=[])

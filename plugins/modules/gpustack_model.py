@@ -187,10 +187,11 @@ diff:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
-    GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
+    ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
-    RecordInputError, desired_model_fields, model_create_body, model_update_body, plan_model_change,
+    RecordInputError, ServerRecordError, desired_model_fields, model_create_body, model_update_body,
+    plan_model_change,
 )
 
 RESOURCE = 'models'
@@ -254,17 +255,29 @@ def run(module, client):
     return result
 
 
+def _unknown_outcome(error):
+    if error.status is None and error.method in ('POST', 'PUT', 'DELETE'):
+        return ' (no answer came: the server may or may not have applied the %s; rerun to see)' % error.method
+    return ''
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     try:
-        client = GpustackClient.from_params(params)
+        client = GpustackClient.from_module(module)
         result = run(module, client)
-    except RecordInputError as error:
+    except (RecordInputError, ClientInputError) as error:
         module.fail_json(msg='gpustack_model %s: invalid %s' % (params['name'], error), field=error.field)
+    except ServerRecordError as error:
+        module.fail_json(msg='gpustack_model %s: the server answered a malformed record, nothing was written: %s'
+                         % (params['name'], error), field=error.field)
     except GpustackApiError as error:
-        module.fail_json(msg='gpustack_model %s: %s' % (params['name'], error), status=error.status,
-                         server_message=error.server_message, method=error.method, path=error.path)
+        # One write per run: nothing is written unless the write itself answered (a write with no
+        # answer - status None after it was sent - may have been applied; the message says so).
+        module.fail_json(msg='gpustack_model %s: %s%s' % (params['name'], error, _unknown_outcome(error)),
+                         status=error.status, server_message=error.server_message, method=error.method,
+                         path=error.path)
     except ValueError as error:
         module.fail_json(msg='gpustack_model %s: %s' % (params['name'], error))
     module.exit_json(**result)

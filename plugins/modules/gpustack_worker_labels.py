@@ -20,6 +20,8 @@ description:
     (the server merges them). A worker that loses a label gets a C(PUT /v2/workers/{id}) with its
     name, full label set and maintenance state as read.
   - On 0.7.x (C(/v1)) the worker record is read and sent back whole with the new labels.
+  - When a write fails after others succeeded, the task fails with C(changed=true) and lists the
+    workers whose labels were written (C(written)) and those that were not (C(not_written)).
 author:
   - kvpin.fleet contributors (!UNKNOWN)
 attributes:
@@ -99,10 +101,11 @@ api_version:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
-    GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
+    ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
-    RecordInputError, label_values, worker_labels_change, worker_labels_wanted,
+    RecordInputError, ServerRecordError, label_values, server_worker_labels, worker_labels_change,
+    worker_labels_wanted,
 )
 
 RESOURCE = 'workers'
@@ -134,14 +137,18 @@ def run(module, client):
         if name in missing:
             continue
         worker = by_name[name]
-        current = worker.get('labels') or {}
+        current = server_worker_labels(worker)
         wanted = worker_labels_wanted(current, params['labels'], params['mode'])
         change = worker_labels_change(current, wanted)
         plans.append(dict(worker=worker, current=current, wanted=wanted, change=change))
 
     to_change = [p for p in plans if p['current'] != p['wanted']]
     if to_change and not module.check_mode:
-        apply_labels(client, to_change, params['labels'])
+        written = []
+        try:
+            apply_labels(client, to_change, params['labels'], written)
+        except GpustackApiError as error:
+            raise LabelWriteError(error, written, [p for p in to_change if p['worker']['name'] not in written])
 
     result = dict(
         changed=bool(to_change), missing=missing, api_version=client.api_version,
@@ -155,34 +162,69 @@ def run(module, client):
     return result
 
 
-def apply_labels(client, to_change, requested):
+class LabelWriteError(Exception):
+    """A label write failed after ``written`` (worker names) were written; ``pending`` are the
+    plans not written (the first of them failed)."""
+
+    def __init__(self, error, written, pending):
+        super().__init__(str(error))
+        self.error = error
+        self.written = written
+        self.pending = pending
+
+
+def apply_labels(client, to_change, requested, written):
+    """Write the labels; append each worker's name to ``written`` as soon as its write answered."""
     if client.api_version == 'v1':
         for plan in to_change:
             body = dict((k, v) for k, v in plan['worker'].items() if k not in SERVER_OWNED_WORKER_FIELDS)
             body['labels'] = plan['wanted']
             client.replace(RESOURCE, plan['worker']['id'], body)
+            written.append(plan['worker']['name'])
         return
     # 2.x: the merge endpoint is one transaction for all workers, but it cannot remove a key.
     merge_ids = [p['worker']['id'] for p in to_change if not p['change']['needs_removal']]
     if merge_ids:
         client.request('POST', client.path(RESOURCE, 'labels'),
                        dict(worker_ids=merge_ids, labels=label_values(requested)))
+        written.extend(p['worker']['name'] for p in to_change if not p['change']['needs_removal'])
     for plan in to_change:
         if plan['change']['needs_removal']:
             worker = plan['worker']
             # WorkerUpdate writes every field it is given; maintenance must go back as read.
             client.replace(RESOURCE, worker['id'], dict(name=worker['name'], labels=plan['wanted'],
                                                         maintenance=worker.get('maintenance')))
+            written.append(worker['name'])
+
+
+def partial_write_failure(failure):
+    """fail_json arguments for a write that failed after others succeeded: ``changed`` is true
+    when anything was written, and the message says what was and what was not."""
+    error = failure.error
+    pending = [p['worker']['name'] for p in failure.pending]
+    unknown = error.status is None
+    parts = ['gpustack_worker_labels: %s.' % error]
+    parts.append('Written before the failure: %s.' % (', '.join(failure.written) if failure.written else 'nothing'))
+    parts.append('Not written: %s%s.' % (', '.join(pending),
+                                         ' (no answer came for %s: it may have been applied)' % pending[0]
+                                         if unknown and pending else ''))
+    return dict(msg=' '.join(parts), changed=bool(failure.written), written=failure.written, not_written=pending,
+                status=error.status, server_message=error.server_message, method=error.method, path=error.path)
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     try:
-        client = GpustackClient.from_params(params)
+        client = GpustackClient.from_module(module)
         result = run(module, client)
-    except RecordInputError as error:
+    except (RecordInputError, ClientInputError) as error:
         module.fail_json(msg='gpustack_worker_labels: invalid %s' % error, field=error.field)
+    except ServerRecordError as error:
+        module.fail_json(msg='gpustack_worker_labels: the server answered a malformed worker, nothing was written: %s'
+                         % error, field=error.field)
+    except LabelWriteError as failure:
+        module.fail_json(**partial_write_failure(failure))
     except GpustackApiError as error:
         module.fail_json(msg='gpustack_worker_labels: %s' % error, status=error.status,
                          server_message=error.server_message, method=error.method, path=error.path)

@@ -13,6 +13,7 @@ NVML fixture). Every node's worker is the TEST-ONLY stand-in under the role's re
 node containers, probed on the nodes' own loopback.
 """
 
+import base64
 import json
 import os
 import sys
@@ -85,6 +86,37 @@ def test_token_never_in_vvv_output_diff_or_worker_log(fleet):
     # Put the lab token back.
     restored = _worker('--limit', NODE)
     assert restored.returncode == 0, restored.stdout[-4000:]
+
+
+def test_environment_reaches_the_worker_exactly_and_only_through_a_0600_file(fleet):
+    """gpustack_worker_environment with a secret and a quote-newline injection: the worker
+    process (the stand-in, started by the real systemd) sees each value byte for byte, the unit
+    holds no value and no injected line, the file is 0600, and -vvv --diff shows no value."""
+    secret = 'hf_%s' % uuid.uuid4().hex
+    injection = 'x"\nExecStartPre=/bin/touch /tmp/kvpin-pwned\n"'
+    environment = {'HF_TOKEN': secret, 'INJECTED': injection, 'PERCENT': '%n 100%', 'DOLLAR': '$HOME `id` \\'}
+    changed = _worker('--limit', NODE, '-vvv', '--diff', '--extra-vars',
+                      json.dumps({'gpustack_worker_environment': environment}))
+    output = changed.stdout + changed.stderr
+    try:
+        assert changed.returncode == 0, changed.stdout[-4000:]
+        assert secret not in output and 'kvpin-pwned' not in output
+        unit = _on(NODE, 'cat /etc/systemd/system/gpustack.service')
+        assert secret not in unit and 'kvpin-pwned' not in unit
+        assert 'EnvironmentFile=/var/lib/gpustack/worker.env' in unit
+        assert _on(NODE, 'stat -c %a:%U /var/lib/gpustack/worker.env') == '600:root'
+        pid = _on(NODE, 'systemctl show --value --property=MainPID gpustack')
+        rc, environ = _module(NODE, 'ansible.builtin.slurp', 'src=/proc/%s/environ' % pid)
+        assert rc == 0, environ
+        seen = dict(entry.split('=', 1) for entry in
+                    base64.b64decode(environ['content']).decode('utf-8').split('\0') if '=' in entry)
+        for name, value in environment.items():
+            assert seen.get(name) == value, name
+        rc, _pwned = _module(NODE, 'ansible.builtin.stat', 'path=/tmp/kvpin-pwned')
+        assert not _pwned['stat']['exists']
+    finally:
+        restored = _worker('--limit', NODE)
+        assert restored.returncode == 0, restored.stdout[-4000:]
 
 
 def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
