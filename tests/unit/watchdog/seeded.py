@@ -62,12 +62,12 @@ class Run:
     recycle_delay_h: Optional[float] = None     # leak start -> first recycle after it
 
 
-def run(wd, spec, config=None, stop_after_detection=False) -> Run:
+def run(wd, spec, config=None, stop_after=None) -> Run:
     """Feed one generated trace to a fresh DecisionEngine (DEFAULTS + the shape's config +
     `config`). An alarm *episode* is a run of consecutive evaluations with a memory diagnosis;
     only an episode that began after the leak start is a detection (a false alarm raised
-    before it and still standing is not). With stop_after_detection, the replay ends at the
-    first recycle after the leak start (nothing later is scored)."""
+    before it and still standing is not). stop_after="recycle" / "detection" ends the replay at
+    the first recycle / detection after the leak start (nothing later is scored)."""
     cfg = dict(wd.DEFAULTS)
     cfg.update(spec.config)
     cfg.update(config or {})
@@ -94,7 +94,9 @@ def run(wd, spec, config=None, stop_after_detection=False) -> Run:
                 if leak_start is not None and t > leak_start and result.detection_delay_h is None:
                     result.detection_delay_h = (t - leak_start) / HOUR
             in_episode = alarm and d.action != "recycle"
-        if stop_after_detection and result.recycle_delay_h is not None:
+        if stop_after == "recycle" and result.recycle_delay_h is not None:
+            break
+        if stop_after == "detection" and result.detection_delay_h is not None:
             break
     result.hours_evaluated = evaluated * 60 / HOUR
     return result
@@ -120,28 +122,32 @@ def main(argv):  # pragma: no cover - a report for humans
     over = dict(a.split("=", 1) for a in argv[2:])
     over = {k: float(v) for k, v in over.items()}
     all_shapes = shapes()
-    for name, hours in (("leak_50mib_ttft", 16), ("leak_200mib_ttft", 16)):
+    # The classes and lengths test_watchdog_seeds.py replays.
+    for name, hours, stop in (("leak_200mib_ttft", 16, "recycle"), ("leak_50mib_quiet", 9, "detection")):
         start = time.time()
-        runs = [run(wd, seeded_spec(all_shapes[name], i, hours * HOUR), over, stop_after_detection=True)
+        runs = [run(wd, seeded_spec(all_shapes[name], i, hours * HOUR), over, stop_after=stop)
                 for i in range(seeds)]
-        det = [r.detection_delay_h for r in runs if r.detection_delay_h is not None]
+        quiet = [r for r in runs if r.alarm_before_leak is None]
+        det = [r.detection_delay_h for r in quiet if r.detection_delay_h is not None]
         rec = [r.recycle_delay_h for r in runs if r.recycle_delay_h is not None]
-        pre = sum(1 for r in runs if r.alarm_before_leak is not None)
-        pre_rec = sum(1 for r in runs if any(t < all_shapes[name].leak_start for t in r.recycles))
-        print("%-18s seeds %d  detected %d  p50 %.2f p90 %.2f max %.2f h  recycled %d p50 %.2f p90 %.2f h"
-              "  alarm-before-leak %d  recycle-before-leak %d  (%.1f s)" % (
-                  name, seeds, len(det), percentile(det, 50) if det else -1,
-                  percentile(det, 90) if det else -1, max(det) if det else -1, len(rec),
-                  percentile(rec, 50) if rec else -1, percentile(rec, 90) if rec else -1,
-                  pre, pre_rec, time.time() - start))
-    for name in ("steady_7d_a", "steady_7d_b", "bursts_7d"):
+        pre_rec = sum(1 for r in runs if any(t <= all_shapes[name].leak_start for t in r.recycles))
+        print("%-17s seeds %d, alarmed before the leak %d, recycled before it %d; quiet seeds %d, "
+              "detected %d: p50 %s p90 %s max %s h; recycled %d: p50 %s p90 %s h  (%.0f s)" % (
+                  name, seeds, seeds - len(quiet), pre_rec, len(quiet), len(det),
+                  _h(det, 50), _h(det, 90), _h(det, 100), len(rec), _h(rec, 50), _h(rec, 90),
+                  time.time() - start))
+    for name, cfg in (("steady_7d_a", {}), ("steady_7d_b", {}), ("bursts_7d", {}),
+                      ("steady_7d_a", {"confidence": 0.5})):
         start = time.time()
-        runs = [run(wd, seeded_spec(all_shapes[name], i, 6 * HOUR), over) for i in range(seeds)]
+        runs = [run(wd, seeded_spec(all_shapes[name], i, 6 * HOUR), dict(over, **cfg)) for i in range(seeds)]
         hours = sum(r.hours_evaluated for r in runs)
-        print("%-18s seeds %d  evaluated %.0f h (%.2f weeks)  false recycles %d  alarm episodes %d  (%.1f s)" % (
-            name, seeds, hours, hours * HOUR / WEEK, sum(len(r.recycles) for r in runs),
+        print("%-17s %-18s seeds %d, %.0f h evaluated (%.2f weeks): false recycles %d, alarm episodes %d  (%.0f s)" % (
+            name, cfg or "", seeds, hours, hours * HOUR / WEEK, sum(len(r.recycles) for r in runs),
             sum(len(r.episodes) for r in runs), time.time() - start))
 
+
+def _h(values, q):
+    return "%.2f" % percentile(values, q) if values else "-"
 
 if __name__ == "__main__":
     main(sys.argv)
