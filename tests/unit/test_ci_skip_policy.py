@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SAMPLE = '''
@@ -68,3 +70,26 @@ def test_skips_stay_skips_outside_ci(tmp_path):
     assert found == {'test_plain_skip': 'SKIPPED', 'test_skipif': 'SKIPPED', 'test_allowed_skip': 'SKIPPED',
                      'test_known_failure': 'XFAIL', 'test_passes': 'PASSED'}, proc.stdout
     assert proc.returncode == 0
+
+
+def _lab_fleet():
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
+    try:
+        import lab_fleet  # pylint: disable=import-error,import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    return lab_fleet
+
+
+def test_lab_that_cannot_run_fails_under_ci_and_skips_elsewhere(monkeypatch):
+    lab_fleet = _lab_fleet()
+    monkeypatch.setattr(lab_fleet, 'lab_unavailable_reason', lambda: 'podman/runc missing: run scripts/bootstrap.sh')
+    monkeypatch.setenv('CI', 'true')
+    with pytest.raises(pytest.fail.Exception, match='CI=true and the lab fleet cannot run here: podman/runc missing'):
+        lab_fleet.require_lab()
+    monkeypatch.delenv('CI')
+    with pytest.raises(pytest.skip.Exception, match='podman/runc missing'):
+        lab_fleet.require_lab()
+    monkeypatch.setattr(lab_fleet, 'lab_unavailable_reason', lambda: None)
+    monkeypatch.setenv('CI', 'true')
+    assert lab_fleet.require_lab() is None

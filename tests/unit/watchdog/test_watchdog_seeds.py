@@ -106,7 +106,8 @@ def test_200mib_leak_detection_and_recycle_delay(leak_200):
 
 def test_50mib_leak_detection_delay(leak_50):
     """The report's 47 MiB/h class. Target: detected within 3 h of the start in every quiet
-    seed. CURRENT BOUND: p50 within 3 h; at least 60 % of quiet seeds within 3 h, 85 % within 5 h."""
+    seed. CURRENT BOUND (measured: 34 quiet seeds, 30 detected within 5 h, p50 1.67 h, p90 of
+    those 2.25 h, the slowest 3.67 h): at least 80 % of quiet seeds within 3 h, 85 % within 5 h."""
     quiet = _quiet(leak_50)
     assert len(quiet) >= 30
     delays = [r.detection_delay_h if r.detection_delay_h is not None else float("inf") for r in quiet]
@@ -114,7 +115,7 @@ def test_50mib_leak_detection_delay(leak_50):
     within_5 = sum(1 for d in delays if d <= 5.0) / len(quiet)
     p50 = seeded.percentile(delays, 50)
     assert p50 <= 3.0, "p50 %.2f h" % p50
-    assert within_3 >= 0.60 and within_5 >= 0.85, "within 3 h: %.0f %%, within 5 h: %.0f %%" % (
+    assert within_3 >= 0.80 and within_5 >= 0.85, "within 3 h: %.0f %%, within 5 h: %.0f %%" % (
         100 * within_3, 100 * within_5)
 
 
