@@ -13,8 +13,10 @@ import http.server
 import json
 import os
 import pwd
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -294,14 +296,11 @@ def _as_unprivileged(function, *args):
     return payload['result']
 
 
-def test_unreadable_is_drift_not_in_sync(tmp_path):
+def test_unreadable_is_drift_not_in_sync():
     """What the node's module user cannot read is drift, never in sync: run as an unprivileged
     user (forked and setuid to nobody when the tests run as root, as CI does)."""
-    base = tmp_path / 'open'
-    base.mkdir()
-    # tmp_path's parents may be closed to others (pytest-of-root is 0700): a world-traversable
-    # directory elsewhere under the same temp root, removed afterwards.
-    import tempfile  # pylint: disable=import-outside-toplevel
+    # tmp_path's parents are closed to others (pytest-of-root is 0700): a world-traversable
+    # directory under the temp root instead, removed afterwards.
     world = tempfile.mkdtemp(prefix='kvpin-node-state-')
     try:
         os.chmod(world, 0o755)
@@ -322,7 +321,6 @@ def test_unreadable_is_drift_not_in_sync(tmp_path):
         assert _as_unprivileged(lambda: summarize(evaluate([check]))['in_sync']) is False
     finally:
         os.chmod(os.path.join(world, 'closed'), 0o700)
-        import shutil  # pylint: disable=import-outside-toplevel
         shutil.rmtree(world)
 
 
