@@ -49,8 +49,13 @@ def leak_50(wd):
 
 
 @pytest.fixture(scope="module")
-def leak_free(wd):
-    return {name: _runs(wd, name, 6) for name in ("steady_7d_a", "steady_7d_b", "bursts_7d")}
+def steady_a(wd):
+    return _runs(wd, "steady_7d_a", 6)
+
+
+@pytest.fixture(scope="module")
+def leak_free(wd, steady_a):
+    return dict(steady_7d_a=steady_a, **{name: _runs(wd, name, 6) for name in ("steady_7d_b", "bursts_7d")})
 
 
 def _quiet(runs):
@@ -136,13 +141,13 @@ def test_false_recycles_per_leak_free_week(leak_free):
 
 # -- the significance gate -------------------------------------------------------------------
 
-def test_mann_kendall_gate_holds_false_alarms_when_the_slope_ci_is_loose(wd, leak_free):
+def test_mann_kendall_gate_holds_false_alarms_when_the_slope_ci_is_loose(wd, steady_a):
     """At the default 95 % the Sen CI's lower bound above the threshold already implies a
     small MK p, so mk_alpha alone is invisible there. With the CI loosened to 50 % the MK test
     is the only significance gate left: false memory alarms on the same leak-free seeds must
     stay where they are with both gates (measured: equal at mk_alpha 0.01; +70 % at 1.0)."""
     loose = _runs(wd, "steady_7d_a", 6, config={"confidence": 0.5})
-    both_gates = sum(len(r.episodes) for r in leak_free["steady_7d_a"])
+    both_gates = sum(len(r.episodes) for r in steady_a)
     mk_only = sum(len(r.episodes) for r in loose)
     assert mk_only <= both_gates * 1.15 + 2, "alarm episodes: %d with a 50 %% CI, %d with both gates" % (
         mk_only, both_gates)
