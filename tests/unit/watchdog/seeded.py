@@ -98,7 +98,7 @@ def run(wd, spec, config=None, stop_after=None) -> Run:
             break
         if stop_after == "detection" and result.detection_delay_h is not None:
             break
-    result.hours_evaluated = evaluated * 60 / HOUR
+    result.hours_evaluated = evaluated * generator().INTERVAL / HOUR
     return result
 
 
@@ -148,6 +148,7 @@ def main(argv):  # pragma: no cover - a report for humans
 
 def _h(values, q):
     return "%.2f" % percentile(values, q) if values else "-"
+
 
 if __name__ == "__main__":
     main(sys.argv)
