@@ -14,7 +14,7 @@ run (pytest -x: the first failure is enough). A mutation no test notices SURVIVE
     .venv/bin/python tests/mutation/run.py --list
 
 Run on demand, not in every CI run (it replays the watchdog's seeded traces several times:
-about 10 minutes on one core). A baseline run of the same tests on an unmutated copy comes
+about 15 minutes with the baseline). A baseline run of the same tests on an unmutated copy comes
 first: a test that already fails proves nothing about a mutation.
 """
 from __future__ import annotations
