@@ -45,8 +45,15 @@ FILE_STATES = ('file', 'directory', 'absent')
 # Read by `systemctl show`, in this order on the command line.
 UNIT_PROPERTIES = ('Id', 'LoadState', 'ActiveState', 'SubState', 'UnitFileState', 'NeedDaemonReload')
 
-# UnitFileState values under which a unit starts at boot through its [Install] links: a unit
-# wanted disabled is drift in any of them.
+# A unit wanted enabled must be started at every boot by its own [Install] links in /etc:
+# UnitFileState `enabled`, and nothing else (systemctl(1), is-enabled). `enabled-runtime` links
+# live in /run and are gone after the next reboot; `linked`/`linked-runtime` only make the unit
+# file known; `static` has no [Install] section (it runs only when something else pulls it
+# in); `generated` is made by a generator at each boot, not by the role; `indirect`/`alias`
+# say that another name is what is enabled. So all of them are drift for enabled: true.
+ENABLED_AT_BOOT_UNIT_FILE_STATE = 'enabled'
+# UnitFileState values under which a unit is enabled now (it starts at this boot through its
+# links): a unit wanted disabled is drift in any of them.
 ENABLED_UNIT_FILE_STATES = ('enabled', 'enabled-runtime')
 # ActiveState values of a unit that runs or is starting: a unit wanted stopped is drift in them.
 RUNNING_ACTIVE_STATES = ('active', 'activating', 'reloading')
@@ -515,7 +522,7 @@ def unit_drift(spec, state):
     if (spec.enabled or spec.active) and load_state != 'loaded':
         drift.append('%s: LoadState %s, wanted loaded' % (name, _shown(load_state)))
     unit_file_state = state.get('UnitFileState')
-    if spec.enabled is True and unit_file_state != 'enabled':
+    if spec.enabled is True and unit_file_state != ENABLED_AT_BOOT_UNIT_FILE_STATE:
         drift.append('%s: not enabled (UnitFileState %s)' % (name, _shown(unit_file_state)))
     elif spec.enabled is False and unit_file_state in ENABLED_UNIT_FILE_STATES:
         drift.append('%s: enabled (UnitFileState %s), wanted not enabled' % (name, unit_file_state))

@@ -97,7 +97,8 @@ options:
             required: true
           enabled:
             description:
-              - C(true) - C(UnitFileState) must be C(enabled).
+              - C(true) - C(UnitFileState) must be C(enabled), the only state that survives a reboot as
+                enabled; C(enabled-runtime), C(linked), C(static), C(generated), C(indirect) and C(alias) are drift.
               - C(false) - C(UnitFileState) must not be C(enabled) or C(enabled-runtime).
               - Unset - not compared.
             type: bool

@@ -75,6 +75,8 @@ def test_roles_found():
     assert 'gpustack_worker' in ROLES
 
 
+# A role with nothing to compare is a fact of the tree, not of the machine: right in CI too.
+@pytest.mark.ci_may_skip('role without defaults/argument_specs')
 @pytest.mark.parametrize('role', ROLES)
 def test_spec_and_defaults_have_the_same_variables(role):
     defaults = _load(role, 'defaults', 'main.yml')
@@ -90,6 +92,8 @@ def test_spec_and_defaults_have_the_same_variables(role):
     assert not only_in_spec, '%s: in argument_specs but not in defaults: %s' % (role, only_in_spec)
 
 
+# A role with nothing to compare is a fact of the tree, not of the machine: right in CI too.
+@pytest.mark.ci_may_skip('role without defaults/argument_specs')
 @pytest.mark.parametrize('role', ROLES)
 def test_spec_defaults_equal_defaults_and_fit_their_types(role):
     defaults = _load(role, 'defaults', 'main.yml')

@@ -48,13 +48,42 @@ def test_leaks_are_recycled_after_the_leak_starts(wd, manifest, name):
     assert first.new_high
 
 
+def _alarm_episode_starts(decisions):
+    """t of each decision that begins a run of 'memory rising' decisions (an alert carried
+    between evaluations continues its episode; it does not begin a new one)."""
+    starts, before = [], False
+    for d in decisions:
+        now = d.diagnosis in MEMORY_DIAGNOSES
+        if now and not before:
+            starts.append(d.t)
+        before = now and d.action != "recycle"
+    return starts
+
+
 def test_slow_leak_is_detected_within_three_hours(wd, manifest):
-    """The report's 47 MiB/h class: a 'memory rising' decision within 3 h of the leak start."""
+    """The report's 47 MiB/h class: an alarm that *begins* after the leak start, within 3 h of
+    it. An alarm raised before the leak and still standing at its start is a false alarm, not a
+    detection at 0.00 h (what this test used to accept on leak_50mib_ttft)."""
     for name in ("leak_50mib_ttft", "leak_50mib_quiet"):
         entry, decisions = _replay(wd, manifest, name)
-        first = next(d for d in decisions
-                     if d.t >= entry["leak_start"] and d.diagnosis in MEMORY_DIAGNOSES)
-        assert first.t - entry["leak_start"] <= 3 * 3600, name
+        first = next(t for t in _alarm_episode_starts(decisions) if t > entry["leak_start"])
+        assert 0 < first - entry["leak_start"] <= 3 * 3600, name
+
+
+# The engine at this commit raises a memory alarm before these leaks start (leak_50mib_ttft at
+# 3.83 h, leak_200mib_ttft at 2.0 h): recorded, not hidden. strict: an engine that is quiet
+# there makes these XPASS and fail, so the marks must then go.
+_PRE_LEAK_ALARM = pytest.mark.xfail(strict=True, reason="engine alarms before the leak starts (issue 19)")
+
+
+@pytest.mark.parametrize("name", [pytest.param("leak_50mib_ttft", marks=_PRE_LEAK_ALARM), "leak_50mib_quiet",
+                                  pytest.param("leak_200mib_ttft", marks=_PRE_LEAK_ALARM), "leak_200mib_limit",
+                                  "leak_2gib", "leak_restarts"])
+def test_quiet_before_the_leak_starts(wd, manifest, name):
+    entry, decisions = _replay(wd, manifest, name)
+    early = [d for d in decisions if d.t < entry["leak_start"] and (
+        d.action != "none" or d.diagnosis in MEMORY_DIAGNOSES)]
+    assert early == [], [(d.t / 3600.0, d.action, d.diagnosis) for d in early[:3]]
 
 
 def test_leak_without_latency_and_far_limit_alerts_only(wd, manifest):

@@ -10,10 +10,13 @@ from __future__ import annotations
 import grp
 import hashlib
 import http.server
+import json
 import os
 import pwd
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -26,6 +29,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     PythonPackageSpec,
     UnitSpec,
     UnitState,
+    compare,
     evaluate,
     file_drift,
     group_drift,
@@ -257,16 +261,67 @@ def test_absent(tmp_path):
         '%s/dangling: exists (a symlink), wanted absent' % tmp_path]
 
 
-@pytest.mark.skipif(AS_ROOT, reason='root reads everything')
-def test_unreadable_is_drift_not_in_sync(tmp_path):
-    path = tmp_path / 'secret'
-    path.write_bytes(b'x')
-    path.chmod(0)
-    assert file_drift(FileSpec(path=str(path), sha1=sha1(b'x'))) == [
-        '%s: content cannot be read (Permission denied)' % path]
-    (tmp_path / 'closed').mkdir(mode=0)
-    inside = str(tmp_path / 'closed' / 'x')
-    assert file_drift(FileSpec(path=inside, state='absent')) == ['%s: cannot be read (Permission denied)' % inside]
+def _as_unprivileged(function, *args):
+    """function(*args) in a forked child running as nobody when we are root (CI runs as root,
+    and root reads everything), else here as ourselves. Returns what it returned (JSON-able);
+    an exception in the child fails the test with its text."""
+    if not AS_ROOT:
+        return function(*args)
+    nobody = pwd.getpwnam('nobody')
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop root for good, run, report, never return into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                payload = {'result': function(*args)}
+            except Exception as exc:  # pylint: disable=broad-except
+                payload = {'error': '%s: %s' % (type(exc).__name__, exc)}
+            with os.fdopen(write_end, 'w') as handle:
+                json.dump(payload, handle)
+            status = 0
+        finally:
+            os._exit(status)  # pylint: disable=protected-access
+    os.close(write_end)
+    with os.fdopen(read_end) as handle:
+        text = handle.read()
+    _unused, status = os.waitpid(pid, 0)
+    assert status == 0 and text, 'child as nobody failed (status %d)' % status
+    payload = json.loads(text)
+    assert 'error' not in payload, payload['error']
+    return payload['result']
+
+
+def test_unreadable_is_drift_not_in_sync():
+    """What the node's module user cannot read is drift, never in sync: run as an unprivileged
+    user (forked and setuid to nobody when the tests run as root, as CI does)."""
+    # tmp_path's parents are closed to others (pytest-of-root is 0700): a world-traversable
+    # directory under the temp root instead, removed afterwards.
+    world = tempfile.mkdtemp(prefix='kvpin-node-state-')
+    try:
+        os.chmod(world, 0o755)
+        path = os.path.join(world, 'secret')
+        with open(path, 'wb') as handle:
+            handle.write(b'x')
+        os.chmod(path, 0)
+        closed = os.path.join(world, 'closed')
+        os.mkdir(closed)
+        os.chmod(closed, 0)
+        inside = os.path.join(closed, 'x')
+        assert _as_unprivileged(file_drift, FileSpec(path=path, sha1=sha1(b'x'))) == [
+            '%s: content cannot be read (Permission denied)' % path]
+        assert _as_unprivileged(file_drift, FileSpec(path=inside, state='absent')) == [
+            '%s: cannot be read (Permission denied)' % inside]
+        [check] = parse_checks([{'name': 'worker', 'files': [{'path': path, 'sha1': sha1(b'x')},
+                                                             {'path': inside, 'state': 'absent'}]}])
+        assert _as_unprivileged(lambda: summarize(evaluate([check]))['in_sync']) is False
+    finally:
+        os.chmod(os.path.join(world, 'closed'), 0o700)
+        shutil.rmtree(world)
 
 
 def test_users_and_groups():
@@ -518,3 +573,51 @@ def test_package_without_version_only_needs_to_be_installed():
     drift = python_package_drift([present, missing])
     assert drift[present] == []
     assert drift[missing] == ['kvpin-surely-not-installed (any version) in %s: not installed' % sys.executable]
+
+
+# Every UnitFileState systemctl(1) documents for is-enabled. Only `enabled` is started at every
+# boot by the unit's own [Install] links in /etc; `enabled-runtime` links are in /run (gone at
+# the next reboot), linked/static/generated/indirect/alias are not the unit's own enablement.
+UNIT_FILE_STATES = ('enabled', 'enabled-runtime', 'linked', 'linked-runtime', 'alias', 'masked',
+                    'masked-runtime', 'static', 'indirect', 'disabled', 'generated', 'transient',
+                    'bad', '')
+
+
+def _loaded_running(unit_file_state):
+    return UnitState(name='gpustack.service', properties={
+        'Id': 'gpustack.service', 'LoadState': 'loaded', 'ActiveState': 'active', 'SubState': 'running',
+        'UnitFileState': unit_file_state, 'NeedDaemonReload': 'no'})
+
+
+@pytest.mark.parametrize('unit_file_state', UNIT_FILE_STATES)
+def test_only_enabled_counts_as_enabled(unit_file_state):
+    spec = UnitSpec('gpustack.service', enabled=True, active=True)
+    drift = unit_drift(spec, _loaded_running(unit_file_state))
+    if unit_file_state == 'enabled':
+        assert drift == []
+    else:
+        assert drift == ['gpustack.service: not enabled (UnitFileState %s)' % (unit_file_state or 'empty')]
+
+
+@pytest.mark.parametrize('unit_file_state', UNIT_FILE_STATES)
+def test_wanted_disabled_is_drift_while_enabled_now(unit_file_state):
+    """enabled-runtime starts the unit at this boot: drift for a unit wanted disabled."""
+    drift = unit_drift(UnitSpec('gpustack.service', enabled=False), _loaded_running(unit_file_state))
+    if unit_file_state in ('enabled', 'enabled-runtime'):
+        assert drift == ['gpustack.service: enabled (UnitFileState %s), wanted not enabled' % unit_file_state]
+    else:
+        assert drift == []
+
+
+@pytest.mark.parametrize('unit_file_state', ['enabled-runtime', 'linked', 'static', 'generated'])
+def test_enabled_runtime_and_friends_are_drift_through_the_controller_comparison(unit_file_state):
+    """The same rule where site.yml uses it: compare() over an observation gpu_facts returned."""
+    [check] = parse_checks([{'name': 'gpustack_worker',
+                             'units': [{'name': 'gpustack.service', 'enabled': True, 'active': True}]}])
+    observation = {'units': {'gpustack.service': {'properties': dict(_loaded_running(unit_file_state).properties),
+                                                  'error': None}}}
+    summary = summarize(compare([check], observation))
+    assert summary['in_sync'] is False
+    assert summary['drift'] == ['gpustack_worker: gpustack.service: not enabled (UnitFileState %s)' % unit_file_state]
+    observation['units']['gpustack.service']['properties']['UnitFileState'] = 'enabled'
+    assert summarize(compare([check], observation))['in_sync'] is True
