@@ -2028,10 +2028,11 @@ class Daemon:
         return mem, lat
 
     def tick(self) -> Decision:
-        started = self.monotonic()
-        deadline = started + float(self.cfg["tick_deadline_seconds"])
+        # Network and liveness deadlines on the real monotonic clock; the engine's time axis on
+        # self.monotonic (the same clock in production, a simulated one in benchmarks).
+        deadline = time.monotonic() + float(self.cfg["tick_deadline_seconds"])
         self.tick_deadline = deadline + 5.0
-        now = started
+        now = self.monotonic()
         if self.deployment is not None:
             mem, lat = self._sample_deployment(deadline)
         else:
@@ -2067,10 +2068,10 @@ class Daemon:
 
     def _recycle(self, decision: Decision, mem: Dict[str, object]) -> None:
         if self.deployment_actuator is not None:
-            self.tick_deadline = self.monotonic() + self.deployment_actuator.budget_seconds() + 10.0
+            self.tick_deadline = time.monotonic() + self.deployment_actuator.budget_seconds() + 10.0
             result = self.deployment_actuator.recycle(mem["instance"])
         else:
-            self.tick_deadline = self.monotonic() + float(self.cfg["actuator_timeout_seconds"]) * 2 + 10.0
+            self.tick_deadline = time.monotonic() + float(self.cfg["actuator_timeout_seconds"]) * 2 + 10.0
             result = self.actuator.recycle()
         self.state["last_recycle_timestamp"] = self.clock()
         self.state["last_recycle_ok"] = bool(result.get("ok"))
@@ -2108,7 +2109,7 @@ class Daemon:
         """Feed systemd only while no tick runs, or the running one is within its deadline:
         a tick hung past it starves WATCHDOG=1 on purpose, so systemd restarts the daemon."""
         deadline = self.tick_deadline
-        return deadline is None or self.monotonic() < deadline
+        return deadline is None or time.monotonic() < deadline
 
     def run(self) -> int:
         import threading  # pylint: disable=import-outside-toplevel
@@ -2119,11 +2120,11 @@ class Daemon:
         self.status_line = "starting"
         interval = float(self.cfg["interval_seconds"])
         worker: Optional[threading.Thread] = None
-        next_tick = self.monotonic()
+        next_tick = time.monotonic()
         while not self.stopping:
-            if (worker is None or not worker.is_alive()) and self.monotonic() >= next_tick:
-                next_tick = self.monotonic() + interval
-                self.tick_deadline = self.monotonic() + float(self.cfg["tick_deadline_seconds"]) + 5.0
+            if (worker is None or not worker.is_alive()) and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + interval
+                self.tick_deadline = time.monotonic() + float(self.cfg["tick_deadline_seconds"]) + 5.0
                 worker = threading.Thread(target=self._tick_safely, name="tick", daemon=True)
                 worker.start()
             # The scrape runs in the tick thread; this loop keeps WATCHDOG=1 fed meanwhile.
