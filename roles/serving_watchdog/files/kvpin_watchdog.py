@@ -2016,12 +2016,12 @@ class Daemon:
                 return value
         return None
 
-    def _sample_deployment(self, deadline: float) -> Tuple[Dict[str, object], Dict[str, object]]:
+    def _sample_deployment(self, now: float, deadline: float) -> Tuple[Dict[str, object], Dict[str, object]]:
         mem = self.deployment.sample(deadline)
         if mem["restarted"]:
             self.latency.reset()
         url = self.deployment.metrics_url() if mem.get("instance") is not None else None
-        lat = self.latency.sample(self.monotonic(), metrics_url=url, deadline=deadline)
+        lat = self.latency.sample(now, metrics_url=url, deadline=deadline)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
             self.log("limit", limit_bytes=mem["limit"], source=mem["limit_source"])
             self.limit_source = mem["limit_source"]
@@ -2034,7 +2034,7 @@ class Daemon:
         self.tick_deadline = deadline + 5.0
         now = self.monotonic()
         if self.deployment is not None:
-            mem, lat = self._sample_deployment(deadline)
+            mem, lat = self._sample_deployment(now, deadline)
         else:
             mem = self.memory.sample()
             lat = self.latency.sample(now, deadline=deadline)
