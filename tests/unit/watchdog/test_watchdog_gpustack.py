@@ -282,3 +282,24 @@ def test_check_config_accepts_a_derived_target(tmp_path):
     proc = subprocess.run([sys.executable, PROGRAM, "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("rows,message", [
+    (["0,100", "60,inf"], "row 3: rss_bytes must be finite"),
+    (["0,100", "60,nan"], "row 3: rss_bytes must be finite"),
+    (["0,100", "60,100,NaN"], "row 3: ttft_p95_seconds must be finite"),
+    (["0,100", "0,100"], "row 3: t_seconds 0 repeats the previous row's 0"),
+    (["0,100", "60,100", "30,100"], "row 4: t_seconds 30 goes back from the previous row's 60"),
+    (["0,100", "60"], "row 3: short row, no rss_bytes"),
+    (["0,100", "60,"], "row 3: rss_bytes is empty"),
+    (["0,abc"], "row 2: rss_bytes is not a number"),
+    (["0,-5"], "row 2: rss_bytes must be >= 0"),
+    (["0,1,0.1,0,9"], "row 2: more cells than the header"),
+])
+def test_replay_rejects_malformed_rows_with_their_number(tmp_path, rows, message):
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_seconds,rss_bytes,ttft_p95_seconds,preemptions_total\n" + "\n".join(rows) + "\n")
+    proc = subprocess.run([sys.executable, PROGRAM, "replay", "--trace", str(trace)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
