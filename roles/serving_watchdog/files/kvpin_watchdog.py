@@ -1851,6 +1851,9 @@ def sd_notify(message: str, env: Optional[Dict[str, str]] = None) -> bool:
 
 
 ACTION_CODE = {"none": 0, "alert": 1, "recycle": 2}
+# Every diagnosis the engine gives (the alerting rules match on these names).
+DIAGNOSES = ("leak_unconfirmed", "leak_with_latency", "leak_projected", "memory_rising",
+             "latency_with_memory_bump", "latency_only", "steady")
 
 
 def _escape_label(value: str) -> str:
