@@ -4,7 +4,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # One-time (and idempotent) setup of a fresh Debian/Ubuntu machine, as root:
-#   - apt packages for the lab fleet (podman + runc + debootstrap) and the NVML stub (gcc)
+#   - apt packages for the lab fleet (podman + runc + debootstrap), the NVML stub (gcc) and
+#     promtool (package prometheus: the watchdog alert rules' unit tests)
 #   - <repo>/.venv with the pinned controller toolchain (requirements.txt)
 #   - the NVML stub library (tests/nvml_stub/build.sh)
 #   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
@@ -21,7 +22,7 @@ COLLECTION_LINK="$REPO/.cache/collections/ansible_collections/kvpin/fleet"
 ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
 PYTHON="${KVPIN_PYTHON:-python3}"
 APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
-              python3 python3-venv python3-pip git rsync ca-certificates shellcheck)
+              python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }

@@ -36,7 +36,7 @@ run_step() {
 
 step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
 
-step_unit() { "$VENV_BIN/pytest" tests/unit -q -p no:cacheprovider; }
+step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider; }
 
 step_lint() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/ansible-lint"; }
 

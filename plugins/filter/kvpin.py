@@ -20,6 +20,10 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import
     SystemReservedError,
     system_reserved,
 )
+from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import (
+    WatchdogTargetError,
+    watchdog_targets,
+)
 
 
 def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
@@ -64,6 +68,15 @@ def kvpin_pip_pins(requirements):
         raise AnsibleFilterError('kvpin_pip_pins: %s' % exc)
 
 
+def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
+                           worker_runtime='container'):
+    """One serving_watchdog target per deployment (module_utils/watchdog_targets.py)."""
+    try:
+        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime)
+    except WatchdogTargetError as exc:
+        raise AnsibleFilterError('kvpin_watchdog_targets: %s' % exc)
+
+
 class FilterModule(object):
     """kvpin.fleet filters."""
 
@@ -73,4 +86,5 @@ class FilterModule(object):
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_system_reserved': kvpin_system_reserved,
+            'kvpin_watchdog_targets': kvpin_watchdog_targets,
         }
