@@ -10,6 +10,8 @@
 #   - the NVML stub library (tests/nvml_stub/build.sh)
 #   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
 #   - <repo>/.cache/collections/ansible_collections/kvpin/fleet -> <repo> (ansible.cfg uses it)
+#   - <repo>/.cache/gpustack071-venv: GPUStack 0.7.1 for the lab (scripts/lab.sh gpustack-venv;
+#     ~1.1 GB, installed once and again only when tests/lab/requirements-gpustack071.txt changes)
 # A second run changes nothing and takes a few seconds.
 set -euo pipefail
 
@@ -118,4 +120,6 @@ nvml_stub
 wheelhouse
 ansible_test_get_pip
 collection_link
+# After the collection link: the lab's model files are written from the collection's catalog.
+bash "$REPO/scripts/lab.sh" gpustack-venv
 log "done"
