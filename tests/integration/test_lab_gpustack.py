@@ -132,6 +132,20 @@ def _contains_in_order(argv, part):
     return any(argv[start:start + len(part)] == part for start in range(len(argv) - len(part) + 1))
 
 
+def _watchdog_events(node, deployment):
+    """The JSON events the deployment's watchdog logged (one object per journal line)."""
+    proc = node_exec(node, 'journalctl', '--no-pager', '--output=cat', '-u', 'kvpin-watchdog-%s.service' % deployment)
+    events = []
+    for line in proc.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get('target') == deployment:
+            events.append(event)
+    return events
+
+
 def _worker_main_pid(node):
     proc = node_exec(node, 'systemctl', 'show', '--property=MainPID', '--value', 'gpustack.service')
     assert proc.returncode == 0, proc.stderr
@@ -235,11 +249,15 @@ def test_a_leak_gets_that_instance_alone_recycled_through_gpustack(served):
     for name, identity in before.items():
         if name != leaky:
             assert current[name] == [identity], (name, identity, current[name])
-    journal = node_exec(LEAKY_NODE, 'journalctl', '--no-pager', '-u', 'kvpin-watchdog-%s.service' % leaky).stdout
-    assert re.search(r'recycl', journal, re.IGNORECASE), journal[-3000:]
+    # It was the deployment's own watchdog, on a leak verdict.
+    events = _watchdog_events(LEAKY_NODE, leaky)
+    assert [e for e in events if e['event'] == 'recycle'], events[-5:]
+    assert [e for e in events if e['event'] == 'decision' and e.get('action') == 'recycle'
+            and str(e.get('diagnosis', '')).startswith('leak')], events[-5:]
     # The recreated instance comes back running (with a fresh, non-leaking engine).
     _wait_all_running(server, RUNNING_DEADLINE_S)
     for node, (name, _backend, _pins) in DEPLOYMENTS.items():
         if name != leaky:
-            steady = node_exec(node, 'journalctl', '--no-pager', '-u', 'kvpin-watchdog-%s.service' % name).stdout
-            assert not re.search(r'recycl(ed|ing) ', steady, re.IGNORECASE), steady[-3000:]
+            steady = _watchdog_events(node, name)
+            assert steady, 'no events from the watchdog of %s' % name
+            assert not [e for e in steady if e['event'] == 'recycle' or e.get('action') == 'recycle'], steady[-5:]
