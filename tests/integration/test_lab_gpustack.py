@@ -41,13 +41,14 @@ DEPLOYMENTS = {
 }
 LEAKY_NODE = 'lab-4090x2'
 # Watchdog settings short enough for a test (inventory extra vars, as an operator would pass):
-# 2 s samples, verdicts after 20 s of history, a slope threshold far above a steady engine's
-# noise and far below the injected leak (LEAK_MIB_PER_MINUTE = 24 GiB/h).
+# 2 s samples, verdicts after the shortest history the watchdog accepts (60 s), a slope
+# threshold far above a steady engine's noise and far below the injected leak
+# (LEAK_MIB_PER_MINUTE = 24 GiB/h).
 LEAK_MIB_PER_MINUTE = 400
 WATCHDOG_VARS = {
     'serving_watchdog_interval_seconds': 2,
     'serving_watchdog_settings': {
-        'warmup_seconds': 10, 'min_window_seconds': 20, 'window_seconds': 120, 'min_points': 8,
+        'warmup_seconds': 10, 'min_window_seconds': 60, 'window_seconds': 120, 'min_points': 20,
         'evaluate_every_seconds': 4, 'confirm_seconds': 10, 'cooldown_seconds': 600,
         'slope_threshold_bytes_per_hour': 2 << 30, 'recycle_horizon_seconds': 12 * 3600,
     },
