@@ -188,8 +188,9 @@ start_server() {
             log "$SERVER: restarted from state '$state'" ;;
     esac
     url="http://$(container_ip "$SERVER"):$SERVER_PORT"
-    printf '%s\n' "$url" >"$GS_STATE/server_url"
-    chmod 0644 "$GS_STATE/server_url"
+    printf '%s\n' "$url" >"$GS_STATE/server_url.tmp"
+    chmod 0644 "$GS_STATE/server_url.tmp"
+    mv "$GS_STATE/server_url.tmp" "$GS_STATE/server_url"
     # Waits for /healthz, then makes (or checks) the API key the inventory uses.
     "$PY" "$REPO/tests/lab/prepare.py" server "$GS_STATE" "$SERVER_TIMEOUT_S" \
         || { podman logs --tail 30 "$(container "$SERVER")" >&2 || true; die "$SERVER: not ready"; }
