@@ -49,7 +49,7 @@ WATCHDOG_VARS = {
     'serving_watchdog_interval_seconds': 2,
     'serving_watchdog_settings': {
         'warmup_seconds': 10, 'min_window_seconds': 60, 'window_seconds': 120, 'min_points': 20,
-        'evaluate_every_seconds': 4, 'confirm_seconds': 10, 'cooldown_seconds': 600,
+        'evaluate_every_seconds': 4, 'confirm_seconds': 10, 'cooldown_seconds': 60,
         'slope_threshold_bytes_per_hour': 2 << 30, 'recycle_horizon_seconds': 12 * 3600,
     },
 }
@@ -231,6 +231,7 @@ def test_a_leak_gets_that_instance_alone_recycled_through_gpustack(served):
     before = {name: (instance['id'], instance['pid']) for name, instance in running.items()}
     workers = server.workers()
     target = running[leaky]
+    injected_at = time.time()
     status, answer = _http('http://%s:%d/kvpin/leak' % (workers[LEAKY_NODE]['ip'], target['port']), 'POST',
                            {'mib_per_minute': LEAK_MIB_PER_MINUTE})
     assert status == 200, answer
@@ -250,15 +251,22 @@ def test_a_leak_gets_that_instance_alone_recycled_through_gpustack(served):
     for name, identity in before.items():
         if name != leaky:
             assert current[name] == [identity], (name, identity, current[name])
-    # It was the deployment's own watchdog, on a leak verdict.
-    events = _watchdog_events(LEAKY_NODE, leaky)
-    assert [e for e in events if e['event'] == 'recycle'], events[-5:]
+    # It was the deployment's own watchdog, on a leak verdict; it logs the recycle once the
+    # replacement runs, which may be a little after GPUStack lists the new instance.
+    deadline = time.monotonic() + RUNNING_DEADLINE_S
+    while True:
+        events = [e for e in _watchdog_events(LEAKY_NODE, leaky) if e.get('ts', 0) >= injected_at]
+        recycles = [e for e in events if e['event'] == 'recycle']
+        if recycles or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert recycles and recycles[0].get('ok') is True, events[-5:]
     assert [e for e in events if e['event'] == 'decision' and e.get('action') == 'recycle'
             and str(e.get('diagnosis', '')).startswith('leak')], events[-5:]
     # The recreated instance comes back running (with a fresh, non-leaking engine).
     _wait_all_running(server, RUNNING_DEADLINE_S)
     for node, (name, _backend, _pins) in DEPLOYMENTS.items():
         if name != leaky:
-            steady = _watchdog_events(node, name)
-            assert steady, 'no events from the watchdog of %s' % name
+            steady = [e for e in _watchdog_events(node, name) if e.get('ts', 0) >= injected_at]
+            assert steady, 'no events from the watchdog of %s since the leak began' % name
             assert not [e for e in steady if e['event'] == 'recycle' or e.get('action') == 'recycle'], steady[-5:]
