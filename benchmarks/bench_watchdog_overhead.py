@@ -104,7 +104,8 @@ def child(ticks: int, interval: float) -> dict:
                    textfile_dir=os.path.join(work, "textfile"), interval_seconds=interval,
                    lock_file=os.path.join(work, "lock"))
         clock_t = [0.0]
-        daemon = wd.Daemon(cfg, out=open(os.devnull, "w", encoding="utf-8"), clock=lambda: clock_t[0])
+        daemon = wd.Daemon(cfg, out=open(os.devnull, "w", encoding="utf-8"), clock=lambda: clock_t[0],
+                           monotonic=lambda: clock_t[0])
         rng = random.Random(1)
 
         def step(i):

@@ -4,11 +4,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # One-time (and idempotent) setup of a fresh Debian/Ubuntu machine, as root:
-#   - apt packages for the lab fleet (podman + runc + debootstrap) and the NVML stub (gcc)
+#   - apt packages for the lab fleet (podman + runc + debootstrap), the NVML stub (gcc) and
+#     promtool (package prometheus: the watchdog alert rules' unit tests)
 #   - <repo>/.venv with the pinned controller toolchain (requirements.txt)
 #   - the NVML stub library (tests/nvml_stub/build.sh)
 #   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
 #   - <repo>/.cache/collections/ansible_collections/kvpin/fleet -> <repo> (ansible.cfg uses it)
+#   - <repo>/.cache/gpustack071-venv: GPUStack 0.7.1 for the lab (scripts/lab.sh gpustack-venv;
+#     ~1.1 GB, installed once and again only when tests/lab/requirements-gpustack071.txt changes)
 # A second run changes nothing and takes a few seconds.
 set -euo pipefail
 
@@ -21,7 +24,7 @@ COLLECTION_LINK="$REPO/.cache/collections/ansible_collections/kvpin/fleet"
 ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
 PYTHON="${KVPIN_PYTHON:-python3}"
 APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
-              python3 python3-venv python3-pip git rsync ca-certificates shellcheck)
+              python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
@@ -117,4 +120,6 @@ nvml_stub
 wheelhouse
 ansible_test_get_pip
 collection_link
+# After the collection link: the lab's model files are written from the collection's catalog.
+bash "$REPO/scripts/lab.sh" gpustack-venv
 log "done"

@@ -4,11 +4,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # The four-node lab fleet: systemd containers (podman + runc) from a Debian 12 image built
-# locally with debootstrap, each seeing its own GPUs through the NVML stub library and the
-# node's JSON fixture. Recipe and traps (crun, ulimits, systemd >= 256): docs/lab.md.
+# locally with debootstrap, each seeing its own GPUs through the NVML stub library (and, for
+# GPUStack 0.7.1, a fake nvidia-smi) answering from the node's JSON fixture; plus a fifth
+# container, lab-gpustack, running a real GPUStack 0.7.1 server (embedded SQLite) the nodes'
+# real GPUStack workers register with. GPUStack is installed once on the host
+# (.cache/gpustack071-venv) and bind-mounted read-only into every container; the engines it
+# launches are the TEST-ONLY stand-in tests/lab/standins/kvpin-engine (tests/lab/prepare.py).
+# Traffic stays on this machine: the server listens inside its container, on podman's bridge,
+# reached by the nodes and the controller at the container's address. Recipe and traps
+# (crun, ulimits, systemd >= 256): docs/lab.md.
 #
 # Usage: scripts/lab.sh up [NODE...] | down [NODE...] | status | rebuild-image | image
-#                       | set-fixture NODE FILE | nodes
+#                       | set-fixture NODE FILE | nodes | gpustack-venv
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +36,24 @@ NODE_LIB_DIR=/usr/local/lib
 # Limits below the host's hard limits; without them podman asks for more and the start is refused.
 RUN_OPTS=(--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=20000:20000 --systemd=always)
 BOOT_TIMEOUT_S="${KVPIN_LAB_BOOT_TIMEOUT_S:-90}"
+# GPUStack 0.7.1 (lab only): host venv, its path in the containers, the lab's model files and
+# engine stand-ins (tests/lab/prepare.py), the server container, and the server's state:
+# server_url, and the secrets (bootstrap password, registration token, API key) in 0600 files
+# that inventory/lab reads with lookups; nothing prints them.
+GS_VENV="${KVPIN_GPUSTACK_VENV:-$REPO/.cache/gpustack071-venv}"
+NODE_GS_VENV=/opt/gpustack/venv
+NODE_MODELS=/var/lib/kvpin-lab/models
+NODE_ENGINES=/opt/kvpin-lab/engines
+NODE_NVIDIA_SMI=/usr/local/bin/nvidia-smi
+NVIDIA_SMI="$REPO/tests/lab/standins/nvidia-smi"
+SERVER=lab-gpustack
+SERVER_PORT=80
+SERVER_CONFIG=/etc/kvpin-lab/gpustack-server.yaml
+GS_STATE="$LAB_DIR/${PREFIX}gpustack"
+SERVER_TIMEOUT_S="${KVPIN_LAB_SERVER_TIMEOUT_S:-120}"
+# Containers made before the GPUStack layout lack its mounts: `up` recreates them.
+LAYOUT=gpustack071
+PY="${KVPIN_LAB_PYTHON:-$REPO/.venv/bin/python}"
 PACKAGES=systemd,systemd-sysv,dbus,python3,python3-pip,iproute2,procps,ca-certificates
 
 log() { printf 'lab: %s\n' "$*" >&2; }
@@ -95,6 +120,83 @@ known_node() {
 
 container() { printf '%s%s' "$PREFIX" "$1"; }
 
+# The lab's GPUStack venv (installed once, shared by every prefix: one writer at a time), the
+# model files and the engine stand-ins.
+prepare_gpustack_locked() {
+    "$PY" "$REPO/tests/lab/prepare.py" venv "$GS_VENV" "$NODE_GS_VENV"
+    "$PY" "$REPO/tests/lab/prepare.py" models "$LAB_DIR"
+}
+
+prepare_gpustack() {
+    [[ -x "$PY" ]] || die "$PY missing: run scripts/bootstrap.sh"
+    mkdir -p "$(dirname "$GS_VENV")"
+    (
+        flock -w 900 9 || die "timed out waiting for $GS_VENV.lock"
+        prepare_gpustack_locked
+    ) 9>"$GS_VENV.lock"
+}
+
+# A random secret in FILE (0600), made once and kept: reruns give the same config.
+ensure_secret() {
+    local file="$1"
+    [[ -s "$file" ]] && return 0
+    (umask 077; "$PY" -c 'import secrets; print(secrets.token_urlsafe(24), end="")' >"$file.tmp")
+    mv "$file.tmp" "$file"
+}
+
+server_config() {
+    mkdir -p "$GS_STATE"
+    chmod 0700 "$GS_STATE"
+    ensure_secret "$GS_STATE/bootstrap_password"
+    ensure_secret "$GS_STATE/token"
+    # The server reads its secrets from this file (mounted read-only), never from argv.
+    (umask 077; {
+        printf 'data_dir: /var/lib/gpustack\nport: %s\ndisable_worker: true\ndisable_update_check: true\n' "$SERVER_PORT"
+        printf 'token: %s\nbootstrap_password: %s\n' "$(cat "$GS_STATE/token")" "$(cat "$GS_STATE/bootstrap_password")"
+    } >"$GS_STATE/server.yaml.tmp")
+    mv "$GS_STATE/server.yaml.tmp" "$GS_STATE/server.yaml"
+}
+
+container_ip() { podman container inspect --format '{{.NetworkSettings.IPAddress}}' "$(container "$1")"; }
+
+has_layout() {
+    [[ "$(podman container inspect --format '{{index .Config.Labels "kvpin.lab.layout"}}' "$(container "$1")" 2>/dev/null)" == "$LAYOUT" ]]
+}
+
+start_server() {
+    local state url
+    server_config
+    state="$(container_state "$SERVER")"
+    if [[ "$state" != absent ]] && ! has_layout "$SERVER"; then
+        podman rm -f -t 5 "$(container "$SERVER")" >/dev/null; state=absent
+    fi
+    case "$state" in
+        running) log "$SERVER: already running" ;;
+        absent)
+            # The server sees the HF-style model dirs (its scheduler reads config.json) but not
+            # the GGUF files: for a local path it cannot see, GPUStack 0.7.1 schedules without
+            # gguf-parser (scheduler/calculator.py), as for files only on the workers' disks.
+            podman run -d --name "$(container "$SERVER")" --hostname "$SERVER" --runtime runc \
+                --ulimit nofile=20000:20000 --ulimit nproc=20000:20000 \
+                --label kvpin.lab=1 --label kvpin.lab.layout="$LAYOUT" \
+                -v "$GS_VENV:$NODE_GS_VENV:ro" -v "$LAB_DIR/models/hf:$NODE_MODELS/hf:ro" \
+                -v "$GS_STATE/server.yaml:$SERVER_CONFIG:ro" \
+                -e HF_HUB_OFFLINE=1 -e HF_HUB_DISABLE_TELEMETRY=1 \
+                "$IMAGE" "$NODE_GS_VENV/bin/gpustack" start --config-file "$SERVER_CONFIG" >/dev/null
+            log "$SERVER: started" ;;
+        *)
+            podman start "$(container "$SERVER")" >/dev/null
+            log "$SERVER: restarted from state '$state'" ;;
+    esac
+    url="http://$(container_ip "$SERVER"):$SERVER_PORT"
+    printf '%s\n' "$url" >"$GS_STATE/server_url.tmp"
+    chmod 0644 "$GS_STATE/server_url.tmp"
+    mv "$GS_STATE/server_url.tmp" "$GS_STATE/server_url"
+    # Waits for /healthz, then makes (or checks) the API key the inventory uses.
+    "$PY" "$REPO/tests/lab/prepare.py" server "$GS_STATE" "$SERVER_TIMEOUT_S" \
+        || { podman logs --tail 30 "$(container "$SERVER")" >&2 || true; die "$SERVER: not ready"; }
+}
+
 container_state() { podman container inspect --format '{{.State.Status}}' "$(container "$1")" 2>/dev/null || echo absent; }
 
 wait_booted() {
@@ -125,16 +227,27 @@ install_stub() {
     [[ -r "$STUB_LIB" ]] || die "NVML stub library $STUB_LIB missing: run tests/nvml_stub/build.sh (scripts/bootstrap.sh does)"
     podman cp "$STUB_LIB" "$(container "$node"):$NODE_LIB_DIR/libnvidia-ml.so.1"
     podman exec "$(container "$node")" ldconfig
+    # GPUStack 0.7.1 detects GPUs with the nvidia-smi CLI: the fake answers from the same fixture.
+    podman cp "$NVIDIA_SMI" "$(container "$node"):$NODE_NVIDIA_SMI"
+    podman exec "$(container "$node")" chmod 0755 "$NODE_NVIDIA_SMI"
 }
 
 start_node() {
     local node="$1" state
     state="$(container_state "$node")"
+    if [[ "$state" != absent ]] && ! has_layout "$node"; then
+        log "$node: made before the GPUStack lab layout: recreating it"
+        podman rm -f -t 5 "$(container "$node")" >/dev/null; state=absent
+    fi
     case "$state" in
         running) log "$node: already running" ;;
         absent)
+            # GPUStack's venv, the lab's models and the engine stand-ins, read-only.
             podman run -d --name "$(container "$node")" --hostname "$node" "${RUN_OPTS[@]}" \
-                --label kvpin.lab=1 "$IMAGE" /sbin/init >/dev/null
+                --label kvpin.lab=1 --label kvpin.lab.layout="$LAYOUT" \
+                -v "$GS_VENV:$NODE_GS_VENV:ro" -v "$LAB_DIR/models:$NODE_MODELS:ro" \
+                -v "$LAB_DIR/engines:$NODE_ENGINES:ro" \
+                "$IMAGE" /sbin/init >/dev/null
             log "$node: started" ;;
         *)
             # Stopped/exited/created: start the same container (keeps what converge installed).
@@ -155,6 +268,8 @@ cmd_up() {
         [[ -r "$FIXTURE_DIR/$n.json" ]] || die "fixture $FIXTURE_DIR/$n.json missing"
     done
     ensure_image
+    prepare_gpustack
+    start_server
     for n in "${nodes[@]}"; do start_node "$n"; done
 }
 
@@ -168,11 +283,20 @@ cmd_down() {
             log "$n: removed"
         fi
     done
+    # The server goes with the whole fleet; its secrets stay (the next server gets the same).
+    if (($# == 0)) && [[ "$(container_state "$SERVER")" != absent ]]; then
+        podman rm -f -t 5 "$(container "$SERVER")" >/dev/null
+        rm -f "$GS_STATE/api_key" "$GS_STATE/server_url"
+        log "$SERVER: removed"
+    fi
 }
 
 cmd_status() {
     local n state boot rc=0
     if image_exists; then echo "image   $IMAGE present"; else echo "image   $IMAGE absent"; fi
+    state="$(container_state "$SERVER")"
+    printf '%-12s %-10s url=%-24s container=%s\n' "$SERVER" "$state" "$(cat "$GS_STATE/server_url" 2>/dev/null || echo -)" "$(container "$SERVER")"
+    [[ "$state" == running ]] || rc=3
     for n in "${NODES[@]}"; do
         state="$(container_state "$n")"
         boot=-
@@ -207,7 +331,8 @@ main() {
         rebuild-image) cmd_rebuild_image ;;
         set-fixture) (($# == 2)) || die "usage: $0 set-fixture NODE FILE"; set_fixture "$1" "$2" ;;
         nodes) printf '%s\n' "${NODES[@]}" ;;
-        *) die "usage: $0 up [NODE...] | down [NODE...] | status | image | rebuild-image | set-fixture NODE FILE | nodes" ;;
+        gpustack-venv) prepare_gpustack ;;
+        *) die "usage: $0 up [NODE...] | down [NODE...] | status | image | rebuild-image | set-fixture NODE FILE | nodes | gpustack-venv" ;;
     esac
 }
 

@@ -25,6 +25,10 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
     env_file_content,
     env_names,
 )
+from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import (
+    WatchdogTargetError,
+    watchdog_targets,
+)
 
 
 def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
@@ -85,6 +89,15 @@ def kvpin_systemd_env_names(environment, what='environment'):
         raise AnsibleFilterError('kvpin_systemd_env_names: %s' % exc)
 
 
+def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
+                           worker_runtime='container'):
+    """One serving_watchdog target per deployment (module_utils/watchdog_targets.py)."""
+    try:
+        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime)
+    except WatchdogTargetError as exc:
+        raise AnsibleFilterError('kvpin_watchdog_targets: %s' % exc)
+
+
 class FilterModule(object):
     """kvpin.fleet filters."""
 
@@ -96,4 +109,5 @@ class FilterModule(object):
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,
             'kvpin_systemd_env_names': kvpin_systemd_env_names,
+            'kvpin_watchdog_targets': kvpin_watchdog_targets,
         }

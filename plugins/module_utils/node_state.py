@@ -109,6 +109,9 @@ class FileSpec:
     mode: Optional[int] = None  # permission bits, as stat.S_IMODE gives them
     owner: Optional[str] = None
     group: Optional[str] = None
+    # For a directory: the names it must hold, exactly (an extra entry is drift: a leftover of
+    # something removed from the inventory, such as a deleted deployment's watchdog config).
+    entries: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,14 @@ def _parse_file(check, index, raw):
         _require_str(check, where + '.group', group)
     if state == 'absent' and (mode is not None or owner is not None or group is not None):
         raise NodeStateInputError(check, where + '.state', state, 'mode, owner and group do not apply to absent')
-    return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group)
+    entries = raw.get('entries')
+    if entries is not None:
+        if state != 'directory':
+            raise NodeStateInputError(check, where + '.entries', entries, 'only applies to state directory')
+        if not isinstance(entries, list) or not all(isinstance(e, str) and e and '/' not in e for e in entries):
+            raise NodeStateInputError(check, where + '.entries', entries, 'must be a list of file names')
+        entries = tuple(sorted(set(entries)))
+    return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group, entries=entries)
 
 
 def _optional_bool(check, field_name, value):
@@ -357,7 +367,10 @@ def group_name(gid):
         return str(gid)
 
 
-def observe_file(path, want_sha1=False):
+MAX_DIRECTORY_ENTRIES = 4096
+
+
+def observe_file(path, want_sha1=False, want_entries=False):
     """What the node has at ``path``, as JSON-able data: ``kind`` ('missing', 'a file', 'a
     directory', ...), or ``error`` when it cannot be read; for files and directories the mode,
     owner and group, and for a file the sha1 of its content when ``want_sha1``."""
@@ -376,6 +389,11 @@ def observe_file(path, want_sha1=False):
             seen['sha1'] = sha1_of_file(path)
         except OSError as exc:
             seen['sha1_error'] = _error_text(exc)
+    if want_entries and kind == 'a directory':
+        try:
+            seen['entries'] = sorted(os.listdir(path))[:MAX_DIRECTORY_ENTRIES]
+        except OSError as exc:
+            seen['entries_error'] = _error_text(exc)
     return seen
 
 
@@ -409,12 +427,22 @@ def compare_file(spec, seen):
         drift.append('%s: owner %s, wanted %s' % (path, seen.get('owner'), spec.owner))
     if spec.group is not None and seen.get('group') != spec.group:
         drift.append('%s: group %s, wanted %s' % (path, seen.get('group'), spec.group))
+    if spec.entries is not None:
+        if seen.get('entries_error'):
+            drift.append('%s: entries cannot be read (%s)' % (path, seen['entries_error']))
+        elif seen.get('entries') is None:
+            drift.append('%s: entries not observed' % path)
+        else:
+            extra = sorted(set(seen['entries']) - set(spec.entries))
+            if extra:
+                drift.append('%s: unexpected entries %s' % (path, ', '.join(extra)))
     return drift
 
 
 def file_drift(spec):
     """Drift lines for one FileSpec (empty when the path matches)."""
-    return compare_file(spec, observe_file(spec.path, want_sha1=spec.sha1 is not None))
+    return compare_file(spec, observe_file(spec.path, want_sha1=spec.sha1 is not None,
+                                           want_entries=spec.entries is not None))
 
 
 def user_exists(name):
@@ -645,8 +673,11 @@ def observe(checks, systemctl=None):
     for check in checks:
         for spec in check.files:
             want_sha1 = spec.sha1 is not None
-            if spec.path not in files or (want_sha1 and 'sha1' not in files[spec.path]):
-                files[spec.path] = observe_file(spec.path, want_sha1=want_sha1)
+            want_entries = spec.entries is not None
+            seen = files.get(spec.path)
+            if seen is None or (want_sha1 and 'sha1' not in seen) or (want_entries and 'entries' not in seen):
+                files[spec.path] = observe_file(spec.path, want_sha1=want_sha1 or bool(seen and 'sha1' in seen),
+                                                want_entries=want_entries or bool(seen and 'entries' in seen))
     unit_names = list(dict.fromkeys(unit.name for check in checks for unit in check.units))
     units = dict((name, {'properties': dict(state.properties), 'error': state.error})
                  for name, state in read_unit_states(unit_names, systemctl=systemctl).items())

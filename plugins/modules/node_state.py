@@ -71,6 +71,14 @@ options:
           group:
             description: Wanted group, a group name.
             type: str
+          entries:
+            description:
+              - Only with O(checks[].files[].state=directory) - the names the directory must hold.
+              - An entry on the node that is not listed is drift (C(<path>: unexpected entries a, b)),
+                so something removed from the inventory is noticed; a listed entry that is missing
+                is checked by its own file entry.
+            type: list
+            elements: str
       users:
         description: User names that must exist.
         type: list
@@ -271,6 +279,7 @@ def argument_spec():
                 mode=dict(type='raw'),
                 owner=dict(type='str'),
                 group=dict(type='str'),
+                entries=dict(type='list', elements='str'),
             )),
             users=dict(type='list', elements='str', default=[]),
             groups=dict(type='list', elements='str', default=[]),

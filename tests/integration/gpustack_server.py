@@ -52,34 +52,11 @@ STOP_GRACE_SECONDS = 5
 # The worker downloads two helper tools from GitHub at start (gpustack/worker/tools_manager.py)
 # and skips the download when they are already in the package with a matching versions.json.
 # Nothing outside the namespace is reachable, so the test venv gets stand-ins
-# (docs/lab.md): fastfetch reports this machine from /proc,
-# gguf-parser refuses (no GGUF model is evaluated in these tests).
+# (tests/lab/standins/fastfetch reports this machine from /proc; gguf-parser refuses: no GGUF
+# model is evaluated in these tests).
 WORKER_TOOL_VERSIONS = {'gguf-parser': 'v0.26.4', 'fastfetch': '2.25.0.1'}
-FASTFETCH_STANDIN = r'''#!%(python)s
-# kvpin test stand-in for fastfetch 2.25.0.1: the system-info JSON gpustack's detector parses.
-import json, os, sys, platform, time
-if "--version" in sys.argv:
-    print("fastfetch 2.25.0 (kvpin test stand-in)"); sys.exit(0)
-mem = {}
-for line in open("/proc/meminfo"):
-    key, value = line.split(":"); mem[key] = int(value.split()[0]) * 1024
-st = os.statvfs("/")
-up = float(open("/proc/uptime").read().split()[0])
-u = platform.uname()
-print(json.dumps([
- {"type": "OS", "result": {"name": "Debian GNU/Linux", "version": open("/etc/debian_version").read().strip()}},
- {"type": "Kernel", "result": {"name": u.system, "release": u.release, "version": u.version, "architecture": u.machine}},
- {"type": "Uptime", "result": {"uptime": int(up * 1000),
-  "bootTime": time.strftime("%%Y-%%m-%%dT%%H:%%M:%%S", time.gmtime(time.time() - up))}},
- {"type": "CPU", "result": {"cores": {"online": os.cpu_count()}}},
- {"type": "CPUUsage", "result": [1.0] * os.cpu_count()},
- {"type": "Memory", "result": {"total": mem["MemTotal"], "used": mem["MemTotal"] - mem["MemAvailable"]}},
- {"type": "Swap", "result": {"total": mem.get("SwapTotal", 0), "used": mem.get("SwapTotal", 0) - mem.get("SwapFree", 0)}},
- {"type": "Disk", "result": [{"name": "/", "mountpoint": "/", "mountFrom": "rootfs",
-  "bytes": {"total": st.f_blocks * st.f_frsize, "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
-            "free": st.f_bfree * st.f_frsize, "available": st.f_bavail * st.f_frsize}}]},
-]))
-'''
+# The fastfetch stand-in is shared with the lab's GPUStack 0.7.1 venv (scripts/lab.sh).
+FASTFETCH_STANDIN_PATH = os.path.join(REPO_ROOT, 'tests', 'lab', 'standins', 'fastfetch')
 GGUF_PARSER_STANDIN = '''#!/bin/sh
 echo "gguf-parser is not installed in the kvpin test venv" >&2
 exit 1
@@ -150,12 +127,15 @@ def _write_if_changed(path, text, mode):
 
 
 def seed_worker_tools(venv):
-    """Put the worker's helper tools (stand-ins, see FASTFETCH_STANDIN) into the venv."""
+    """Put the worker's helper tools (stand-ins, see FASTFETCH_STANDIN_PATH) into the venv."""
     packages = glob.glob(os.path.join(venv, 'lib', 'python3*', 'site-packages', 'gpustack'))
     if not packages:
         raise RuntimeError('gpustack package not found in %s' % venv)
     bin_dir = os.path.join(packages[0], 'third_party', 'bin')
-    tools = {'fastfetch': FASTFETCH_STANDIN % dict(python=base_python()), 'gguf-parser': GGUF_PARSER_STANDIN}
+    with open(FASTFETCH_STANDIN_PATH) as standin:
+        # Its first line is the shebang: this venv's base interpreter instead.
+        fastfetch = '#!%s\n' % base_python() + standin.read().split('\n', 1)[1]
+    tools = {'fastfetch': fastfetch, 'gguf-parser': GGUF_PARSER_STANDIN}
     for tool, text in tools.items():
         os.makedirs(os.path.join(bin_dir, tool), exist_ok=True)
         _write_if_changed(os.path.join(bin_dir, tool, tool), text, 0o755)

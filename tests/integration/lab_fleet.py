@@ -106,8 +106,13 @@ MODULE_SENT = re.compile(r'^<(?P<host>[^>]+)> PUT \S+ TO \S+/AnsiballZ_(?P<modul
 def modules_sent(verbose_output):
     """{host: [module, ...]} in the order Ansible copied them to each node (needs -vvv)."""
     sent = collections.defaultdict(list)
+    # The podman connection names the container (KVPIN_LAB_PREFIX + node): report the node.
+    prefix = os.environ.get('KVPIN_LAB_PREFIX', '')
     for match in MODULE_SENT.finditer(verbose_output):
-        sent[match.group('host')].append(match.group('module'))
+        host = match.group('host')
+        if prefix and host.startswith(prefix) and host[len(prefix):] in NODES:
+            host = host[len(prefix):]
+        sent[host].append(match.group('module'))
     return dict(sent)
 
 

@@ -8,9 +8,10 @@ systemd-analyze verify, and the molecule scenarios hardware_change and bad_node 
 The fleet is brought up once for the module (scripts/lab.sh up) and removed afterwards unless
 it was already running. The scenarios run with --destroy=never so they leave the fleet to
 this module; each of them puts back what it changed (hardware_change's cleanup restores the
-NVML fixture). Every node's worker is the TEST-ONLY stand-in under the role's real unit
-(inventory/lab/group_vars/gpu_nodes/gpustack_worker.yml); the only servers are those stand-ins, inside the
-node containers, probed on the nodes' own loopback.
+NVML fixture). Every node's worker is a real GPUStack 0.7.1 worker under the role's unit
+(inventory/lab/group_vars/gpu_nodes/gpustack_worker.yml), registered with the lab's GPUStack
+server (scripts/lab.sh); the servers are inside the lab containers, probed on podman's bridge
+and the nodes' own loopback.
 """
 
 import base64
@@ -66,11 +67,20 @@ def _on(node, command):
     return result['stdout']
 
 
+def _lab_token():
+    state = os.path.join(os.environ.get('KVPIN_LAB_DIR') or os.path.join(REPO_ROOT, '.lab'),
+                         os.environ.get('KVPIN_LAB_PREFIX', '') + 'gpustack')
+    with open(os.path.join(state, 'token')) as handle:
+        return handle.read().strip()
+
+
 def test_token_never_in_vvv_output_diff_or_worker_log(fleet):
-    token = 'kvpin-token-%s' % uuid.uuid4().hex
-    # A new token changes config.yaml: the template, the restart, the health check and the
-    # cleanup of the token-bearing backup all run, at -vvv and with --diff.
-    changed = _worker('--limit', NODE, '-vvv', '--diff', '--extra-vars', 'gpustack_worker_token=' + token)
+    # The real registration token (the real server accepts no other): another RAM reservation
+    # changes config.yaml, so the template, the restart, the health check (the worker registered
+    # with that token) and the cleanup of the token-bearing backup all run, at -vvv and --diff.
+    token = _lab_token()
+    assert len(token) >= 16
+    changed = _worker('--limit', NODE, '-vvv', '--diff', '--extra-vars', 'gpustack_worker_system_reserved_ram_gib=3')
     output = changed.stdout + changed.stderr
     assert changed.returncode == 0, changed.stdout[-4000:]
     assert recap(changed.stdout)[NODE]['changed'] > 0
@@ -81,7 +91,7 @@ def test_token_never_in_vvv_output_diff_or_worker_log(fleet):
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert other not in checked.stdout + checked.stderr
     assert token not in checked.stdout + checked.stderr
-    # The worker (stand-in) logs the config it loaded with the token masked.
+    # The worker does not log its token.
     assert token not in _on(NODE, 'journalctl --unit=gpustack --no-pager --output=cat')
     # Put the lab token back.
     restored = _worker('--limit', NODE)

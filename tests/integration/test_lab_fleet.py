@@ -64,7 +64,12 @@ def test_rerun_on_an_unchanged_fleet_is_one_remote_call_per_node(fleet):
     assert converged.returncode == 0, converged.stdout + converged.stderr
     rerun = playbook('site.yml', '-vvv')
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr
-    assert lab_fleet.modules_sent(rerun.stdout) == {node: ['gpu_facts'] for node in NODES}
+    sent = lab_fleet.modules_sent(rerun.stdout)
+    assert {node: sent.get(node) for node in NODES} == {node: ['gpu_facts'] for node in NODES}
+    # The models phase talks to the lab's GPUStack server from the controller (delegate_to:
+    # localhost): one idempotent gpustack_model call per deployment, no node round trip.
+    controller = [module for host, modules in sent.items() if host not in NODES for module in modules]
+    assert controller == ['gpustack_model'] * len(NODES), sent
     assert {node: counts['changed'] for node, counts in recap(rerun.stdout).items()} == {node: 0 for node in NODES}
     for node in NODES:
         assert '%s: in sync, nothing to change' % node in rerun.stdout

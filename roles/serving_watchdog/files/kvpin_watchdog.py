@@ -103,6 +103,24 @@ DEFAULTS: Dict[str, object] = {
     "actuator_timeout_seconds": 300,
     # Outputs.
     "textfile_dir": None,              # node_exporter textfile collector dir
+    # GPUStack deployment target (the role derives one per deployment in kvpin_deployments):
+    # every tick the deployment's instance on this worker is looked up through the API, so a
+    # restarted or rescheduled instance (new pid, port, container) is followed, not lost.
+    "gpustack_deployment": None,       # model name in GPUStack
+    "gpustack_api_version": "auto",    # auto | v1 (GPUStack 0.7.x) | v2 (2.x)
+    "gpustack_worker_name": None,      # this node's worker name in GPUStack
+    "engine_runtime": "native",        # native: engine is a child of the worker unit (0.7.x);
+                                       # container: the instance's own container (2.x)
+    "engine_host": "127.0.0.1",        # where this node's engines answer (/metrics)
+    "gpu_indexes": [],                 # GPUs of the deployment on this node (recycle locks)
+    "metrics_path": "/metrics",
+    "lock_dir": None,                  # per-GPU recycle locks (gpu-<index>.lock) live here
+    "drain_timeout_seconds": 60,       # wait at most this long for in-flight requests to finish
+    "restart_wait_seconds": 600,       # hold the GPU locks until the new instance runs, at most
+    # Bounds on every tick's I/O.
+    "tick_deadline_seconds": 30,       # all network reads of one tick together
+    "max_body_bytes": 8 * MiB,         # an HTTP body larger than this is refused
+    "watchdog_sec": None,              # the unit's WatchdogSec (check-config checks against it)
 }
 
 
@@ -128,22 +146,125 @@ def load_config(path: Optional[str]) -> Dict[str, object]:
 
 ACTUATORS = ("none", "systemd", "podman", "docker", "gpustack")
 
+# Every numeric setting: (minimum, maximum, integer?). None = no bound. A value the daemon
+# cannot run with (a string, a bool, NaN, inf, out of range) is rejected by check-config.
+NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
+    "interval_seconds": (1, 24 * 3600, False),
+    "window_seconds": (60, 30 * 24 * 3600, False),
+    "min_window_seconds": (60, 30 * 24 * 3600, False),
+    "min_points": (3, 100000, True),
+    "max_points": (3, 2000, True),
+    "evaluate_every_seconds": (1, 24 * 3600, False),
+    "warmup_seconds": (0, 7 * 24 * 3600, False),
+    "restart_drop_fraction": (0.01, 0.99, False),
+    "confidence": (0.5, 0.9999, False),
+    "mk_alpha": (1e-9, 0.2, False),
+    "slope_threshold_bytes_per_hour": (1, None, False),
+    "new_high_subwindows": (2, 20, True),
+    "confirm_seconds": (0, 7 * 24 * 3600, False),
+    "recycle_horizon_seconds": (0, 30 * 24 * 3600, False),
+    "ttft_slope_threshold_seconds_per_hour": (0, 3600, False),
+    "ttft_min_relative_rise": (0, 100, False),
+    "ttft_min_points": (3, 100000, True),
+    "cooldown_seconds": (0, 30 * 24 * 3600, False),
+    "storm_max_recycles": (1, 1000, True),
+    "storm_window_seconds": (60, 30 * 24 * 3600, False),
+    "probe_timeout_seconds": (0.1, 600, False),
+    "ttft_quantile": (0.5, 0.999, False),
+    "ttft_min_observations": (1, 10 ** 9, True),
+    "ttft_max_window_seconds": (1, 24 * 3600, False),
+    "http_timeout_seconds": (0.1, 600, False),
+    "drain_grace_seconds": (0, 3600, False),
+    "actuator_timeout_seconds": (1, 3600, False),
+    "memory_limit_bytes": (MiB, 2 ** 62, True),
+    "pid": (1, 2 ** 31, True),
+    "drain_timeout_seconds": (0, 3600, False),
+    "restart_wait_seconds": (0, 3600, False),
+    "tick_deadline_seconds": (0.5, 600, False),
+    "max_body_bytes": (1024, 1024 * MiB, True),
+    "watchdog_sec": (1, 24 * 3600, False),
+    "gpustack_model_id": (1, 2 ** 62, True),
+    "gpustack_instance_id": (1, 2 ** 62, True),
+}
+STRING_KEYS = ("name", "unit", "container", "cgroup_path", "cgroup_root", "proc_root", "metrics_url",
+               "probe_url", "gpustack_server", "gpustack_token_file", "drain_url", "lock_file",
+               "textfile_dir", "gpustack_deployment", "gpustack_worker_name", "engine_host",
+               "metrics_path", "lock_dir")
+CHOICES = {
+    "actuator": ACTUATORS,
+    "container_runtime": ("podman", "docker"),
+    "gpustack_mode": ("restart", "delete_instance"),
+    "gpustack_api_version": ("auto", "v1", "v2"),
+    "engine_runtime": ("native", "container"),
+}
+URL_KEYS = ("metrics_url", "probe_url", "gpustack_server", "drain_url")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def _number_problem(key: str, value: object) -> Optional[str]:
+    low, high, integer = NUMERIC_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "%s must be a number, got %s" % (key, type(value).__name__)
+    if math.isnan(value) or math.isinf(value):
+        return "%s must be finite, got %r" % (key, value)
+    if integer and value != int(value):
+        return "%s must be a whole number, got %r" % (key, value)
+    if low is not None and value < low:
+        return "%s must be >= %g, got %g" % (key, low, value)
+    if high is not None and value > high:
+        return "%s must be <= %g, got %g" % (key, high, value)
+    return None
+
 
 def validate_config(cfg: Dict[str, object]) -> List[str]:
-    """Problems that would make the daemon watch or restart the wrong thing (empty = fine)."""
+    """Every value the daemon could not run with, each naming its key (empty = fine)."""
     errors = []
-    sources = [k for k in ("unit", "container", "cgroup_path", "pid") if cfg.get(k)]
+    for key in NUMERIC_RANGES:
+        if cfg.get(key) is not None:
+            problem = _number_problem(key, cfg[key])
+            if problem:
+                errors.append(problem)
+    for key in STRING_KEYS:
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()
+                                  or any(ord(ch) < 32 for ch in value)):
+            errors.append("%s must be a non-empty single-line string" % key)
+    for key, allowed in CHOICES.items():
+        if cfg.get(key) not in allowed:
+            errors.append("%s must be one of %s, got %r" % (key, ", ".join(allowed), cfg.get(key)))
+    for key in URL_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, str) and not re.match(r"^https?://[^/\s]+", value):
+            errors.append("%s must be an http:// or https:// URL" % key)
+    for key in ("dry_run",):
+        if not isinstance(cfg.get(key), bool):
+            errors.append("%s must be true or false" % key)
+    if isinstance(cfg.get("name"), str) and not NAME_RE.match(cfg["name"]):
+        errors.append("name must match [A-Za-z0-9_.-]{1,128}")
+    gpus = cfg.get("gpu_indexes")
+    if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < 1024
+                                         for g in gpus):
+        errors.append("gpu_indexes must be a list of GPU indexes (whole numbers 0..1023)")
+    if isinstance(cfg.get("metrics_path"), str) and not cfg["metrics_path"].startswith("/"):
+        errors.append("metrics_path must start with /")
+    deployment = cfg.get("gpustack_deployment")
+    sources = [k for k in ("unit", "container", "cgroup_path", "pid", "gpustack_deployment") if cfg.get(k)]
     if len(sources) != 1:
-        errors.append("set exactly one of unit, container, cgroup_path, pid (got %s)" % (
+        errors.append("set exactly one of unit, container, cgroup_path, pid, gpustack_deployment (got %s)" % (
             ", ".join(sources) or "none"))
     actuator = cfg.get("actuator")
-    if actuator not in ACTUATORS:
-        errors.append("actuator must be one of %s" % ", ".join(ACTUATORS))
     if actuator == "systemd" and not cfg.get("unit"):
         errors.append("actuator systemd needs unit")
     if actuator in ("podman", "docker") and not cfg.get("container"):
         errors.append("actuator %s needs container" % actuator)
-    if actuator == "gpustack":
+    if deployment:
+        if not cfg.get("gpustack_server"):
+            errors.append("gpustack_deployment needs gpustack_server")
+        if not cfg.get("gpustack_worker_name"):
+            errors.append("gpustack_deployment needs gpustack_worker_name")
+        if actuator not in ("gpustack", "none"):
+            errors.append("gpustack_deployment is recycled through the API: actuator gpustack or none")
+    elif actuator == "gpustack":
         if not cfg.get("gpustack_server"):
             errors.append("actuator gpustack needs gpustack_server")
         if cfg.get("gpustack_mode") == "delete_instance":
@@ -151,19 +272,22 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
                 errors.append("gpustack_mode delete_instance needs gpustack_instance_id")
         elif cfg.get("gpustack_model_id") is None:
             errors.append("actuator gpustack needs gpustack_model_id")
-    if cfg.get("container_runtime") not in ("podman", "docker"):
-        errors.append("container_runtime must be podman or docker")
-    for key in ("interval_seconds", "window_seconds", "min_window_seconds", "max_points",
-                "slope_threshold_bytes_per_hour", "evaluate_every_seconds"):
-        try:
-            if float(cfg[key]) <= 0:
-                errors.append("%s must be > 0" % key)
-        except (TypeError, ValueError):
-            errors.append("%s must be a number" % key)
-    if float(cfg.get("min_window_seconds") or 0) > float(cfg.get("window_seconds") or 0):
-        errors.append("min_window_seconds must not exceed window_seconds")
-    if cfg.get("pre_recycle_command") is not None and not isinstance(cfg["pre_recycle_command"], list):
-        errors.append("pre_recycle_command must be an argv list")
+    if not errors:
+        if float(cfg["min_window_seconds"]) > float(cfg["window_seconds"]):
+            errors.append("min_window_seconds (%g) must not exceed window_seconds (%g)" % (
+                float(cfg["min_window_seconds"]), float(cfg["window_seconds"])))
+        wsec = cfg.get("watchdog_sec")
+        if wsec is not None:
+            # The main loop feeds WATCHDOG=1 only while the current tick is within its deadline
+            # (a hung tick starves it on purpose): both must fit in WatchdogSec with slack.
+            for key in ("interval_seconds", "tick_deadline_seconds"):
+                if float(cfg[key]) * 2 > float(wsec):
+                    errors.append("%s (%g s) too long for WatchdogSec=%g: must be at most half of it" % (
+                        key, float(cfg[key]), float(wsec)))
+    if cfg.get("pre_recycle_command") is not None and (
+            not isinstance(cfg["pre_recycle_command"], list)
+            or not all(isinstance(a, str) for a in cfg["pre_recycle_command"])):
+        errors.append("pre_recycle_command must be an argv list of strings")
     return errors
 
 
@@ -326,6 +450,9 @@ METRIC_NAMES = {
                        "gpustack:kv_cache_usage_ratio", "llamabox:kv_cache_usage_ratio"),
     "requests_waiting": ("vllm:num_requests_waiting", "gpustack:num_requests_waiting",
                          "llamacpp:requests_deferred"),
+    # In-flight requests (drain waits for 0): vLLM's gauge; llama.cpp server --metrics
+    # exports llamacpp:requests_processing (tools/server/server.cpp).
+    "requests_running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
 }
 
 _SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$')
@@ -529,7 +656,11 @@ class DecisionEngine:
     off stops setting highs, so it is never recycled once flat).
     """
 
-    def __init__(self, config: Optional[Dict[str, object]] = None):
+    def __init__(self, config: Optional[Dict[str, object]] = None, auto_commit: bool = True):
+        # auto_commit: a recycle decision counts as done (replay). The daemon passes False and
+        # calls commit_recycle() only when the actuator succeeded: a failed recycle (lock held,
+        # API error) is not counted and does not reset the trend, so it is retried.
+        self.auto_commit = auto_commit
         cfg = dict(DEFAULTS)
         if config:
             cfg.update({k: v for k, v in config.items() if v is not None})
@@ -608,13 +739,19 @@ class DecisionEngine:
             return self._repeat(base)
         decision = self._evaluate(base)
         self.last_eval_t, self.last_eval = t, decision
-        if decision.action == "recycle":
-            self.recycle_times.append(t)
-            self.last_recycle_t = t
+        if decision.action == "recycle" and self.auto_commit:
+            self.commit_recycle(t)
             decision.recycles_in_storm_window = len(self.recycle_times)
-            # Expect the target to restart; a new trend starts from here.
-            self.restart(t)
         return decision
+
+    def commit_recycle(self, t: float) -> None:
+        """A recycle happened: count it (cooldown, storm guard); a new trend starts here."""
+        self.recycle_times.append(t)
+        self.last_recycle_t = t
+        self.restart(t)
+
+    def storm_guard_tripped(self) -> bool:
+        return len(self.recycle_times) >= int(self.cfg["storm_max_recycles"])
 
     def _repeat(self, base: dict) -> Decision:
         """Between evaluations, carry the last statistics; never repeat an action."""
@@ -774,13 +911,34 @@ class DecisionEngine:
 # ---------------------------------------------------------------------------
 # Replay.
 # ---------------------------------------------------------------------------
-def _opt_float(row: Dict[str, str], key: str) -> Optional[float]:
-    value = (row.get(key) or "").strip()
-    return float(value) if value else None
+def _row_float(row: Dict[str, object], key: str, line: int, required: bool) -> Optional[float]:
+    """A finite number from one trace cell, or a ValueError naming the row and column."""
+    raw = row.get(key)
+    if raw is None:
+        if required:
+            raise ValueError("row %d: short row, no %s" % (line, key))
+        return None
+    text = str(raw).strip()
+    if not text:
+        if required:
+            raise ValueError("row %d: %s is empty" % (line, key))
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("row %d: %s is not a number: %r" % (line, key, text[:40])) from None
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("row %d: %s must be finite, got %s" % (line, key, text[:40]))
+    if value < 0:
+        raise ValueError("row %d: %s must be >= 0, got %s" % (line, key, text[:40]))
+    return value
 
 
 def replay(trace_path: str, config: Dict[str, object], out=None,
            actions_only: bool = False) -> List[Decision]:
+    """Feed a CSV trace (t_seconds, rss_bytes[, ttft_p95_seconds, preemptions_total]) through
+    the engine. Malformed rows (short, non-numeric, NaN, inf, negative, time not strictly
+    increasing) are refused with their row number (the header is row 1)."""
     out = out or sys.stdout
     engine = DecisionEngine(config)
     decisions = []
@@ -789,10 +947,23 @@ def replay(trace_path: str, config: Dict[str, object], out=None,
         if not reader.fieldnames or "t_seconds" not in reader.fieldnames \
                 or "rss_bytes" not in reader.fieldnames:
             raise ValueError("%s: header must start with t_seconds,rss_bytes" % trace_path)
-        for row in reader:
-            d = engine.feed(float(row["t_seconds"]), float(row["rss_bytes"]),
-                            ttft_p95=_opt_float(row, "ttft_p95_seconds"),
-                            preemptions=_opt_float(row, "preemptions_total"))
+        last_t = None
+        for index, row in enumerate(reader):
+            line = index + 2
+            if None in row:
+                raise ValueError("%s: row %d: more cells than the header has columns" % (trace_path, line))
+            try:
+                t = _row_float(row, "t_seconds", line, True)
+                mem = _row_float(row, "rss_bytes", line, True)
+                ttft = _row_float(row, "ttft_p95_seconds", line, False)
+                preempt = _row_float(row, "preemptions_total", line, False)
+            except ValueError as exc:
+                raise ValueError("%s: %s" % (trace_path, exc)) from None
+            if last_t is not None and t <= last_t:
+                raise ValueError("%s: row %d: t_seconds %g %s the previous row's %g" % (
+                    trace_path, line, t, "repeats" if t == last_t else "goes back from", last_t))
+            last_t = t
+            d = engine.feed(t, mem, ttft_p95=ttft, preemptions=preempt)
             decisions.append(d)
             if not actions_only or d.action != "none":
                 out.write(d.to_json() + "\n")
@@ -974,23 +1145,35 @@ class LatencySensor:
         self.window = HistogramWindow(float(cfg["ttft_quantile"]), int(cfg["ttft_min_observations"]),
                                       float(cfg["ttft_max_window_seconds"]))
 
-    def sample(self, t: float) -> Dict[str, object]:
+    def reset(self) -> None:
+        """A new engine process: its counters start again, the old baseline is meaningless."""
+        self.window = HistogramWindow(float(self.cfg["ttft_quantile"]), int(self.cfg["ttft_min_observations"]),
+                                      float(self.cfg["ttft_max_window_seconds"]))
+
+    def sample(self, t: float, metrics_url: Optional[str] = None,
+               deadline: Optional[float] = None) -> Dict[str, object]:
         out: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {},
                                   "status": "no latency source"}
-        if self.cfg.get("metrics_url"):
+        url = metrics_url or self.cfg.get("metrics_url")
+        if url:
             try:
-                with urllib.request.urlopen(str(self.cfg["metrics_url"]),
-                                            timeout=float(self.cfg["http_timeout_seconds"])) as resp:
-                    text = resp.read().decode("utf-8", "replace")
-            except (OSError, urllib.error.URLError) as exc:
+                status, body, _headers = http_request(str(url), deadline=deadline,
+                                                      timeout=float(self.cfg["http_timeout_seconds"]),
+                                                      max_bytes=int(self.cfg["max_body_bytes"]))
+            except HTTPFailure as exc:
                 out["status"] = "metrics scrape failed: %s" % exc
                 return out
-            out.update(self.from_text(t, text))
+            if status != 200:
+                out["status"] = "metrics scrape failed: status %d" % status
+                return out
+            out.update(self.from_text(t, body.decode("utf-8", "replace")))
             if out["ttft_p95"] is not None or not self.cfg.get("probe_url"):
                 return out
         if self.cfg.get("probe_url"):
-            value = probe_ttft(str(self.cfg["probe_url"]), self.cfg.get("probe_model"),
-                               float(self.cfg["probe_timeout_seconds"]))
+            timeout = float(self.cfg["probe_timeout_seconds"])
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+            value = probe_ttft(str(self.cfg["probe_url"]), self.cfg.get("probe_model"), timeout) if timeout > 0 else None
             out["ttft_p95"] = value
             out["status"] = "probe ok" if value is not None else "probe failed"
         return out
@@ -1040,6 +1223,394 @@ def probe_ttft(url: str, model: Optional[object], timeout: float) -> Optional[fl
 
 
 # ---------------------------------------------------------------------------
+# Bounded HTTP: a deadline per request enforced on the socket, a body size cap, no redirects.
+# ---------------------------------------------------------------------------
+class HTTPFailure(Exception):
+    """A request that did not produce a usable answer; the message never holds a credential."""
+
+
+class _DeadlineSocket:
+    """Wraps a connected socket: every recv/send first sets the socket timeout to what is left
+    of one deadline, so a server that drips a byte a second cannot hold a read past it
+    (urlopen's timeout applies per recv call, not to the whole answer)."""
+
+    def __init__(self, sock, deadline: float):
+        self._sock = sock
+        self._deadline = deadline
+        self._io_refs = 0        # like socket.socket: close() waits for the response's reader
+        self._closed = False
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("deadline passed")
+        self._sock.settimeout(left)
+
+    def recv_into(self, buf, nbytes=0, flags=0):
+        self._arm()
+        return self._sock.recv_into(buf, nbytes, flags)
+
+    def recv(self, n, flags=0):
+        self._arm()
+        return self._sock.recv(n, flags)
+
+    def sendall(self, data, flags=0):
+        self._arm()
+        return self._sock.sendall(data, flags)
+
+    def makefile(self, mode="rb", buffering=None, **_kw):
+        import io  # pylint: disable=import-outside-toplevel
+        self._io_refs += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))
+
+    def _decref_socketios(self):
+        self._io_refs = max(0, self._io_refs - 1)
+        if self._closed and self._io_refs == 0:
+            self._sock.close()
+
+    def settimeout(self, value):
+        self._sock.settimeout(value)
+
+    def close(self):
+        self._closed = True
+        if self._io_refs == 0:
+            self._sock.close()
+
+
+def http_request(url: str, method: str = "GET", body: Optional[bytes] = None,
+                 headers: Optional[Dict[str, str]] = None, deadline: Optional[float] = None,
+                 timeout: float = 5.0, max_bytes: int = 8 * MiB) -> Tuple[int, bytes, Dict[str, str]]:
+    """One HTTP(S) request bounded in time (deadline on time.monotonic, enforced on every
+    socket operation) and size. Never follows a redirect: a 3xx is returned as is, so a
+    credential never reaches the Location. Raises HTTPFailure (message without headers)."""
+    import http.client  # pylint: disable=import-outside-toplevel
+    import urllib.parse  # pylint: disable=import-outside-toplevel
+    now = time.monotonic()
+    deadline = min(deadline if deadline is not None else now + timeout, now + timeout)
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HTTPFailure("not an http(s) URL: %s" % _redact_url(url))
+    left = deadline - now
+    if left <= 0:
+        raise HTTPFailure("%s %s: no time left in this tick" % (method, _redact_url(url)))
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname, parts.port, timeout=left)
+    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    resp = None
+    try:
+        conn.connect()
+        conn.sock = _DeadlineSocket(conn.sock, deadline)
+        conn.request(method, path, body=body, headers=dict(headers or {}))
+        resp = conn.getresponse()
+        length = resp.getheader("Content-Length")
+        if length and length.isdigit() and int(length) > max_bytes:
+            raise HTTPFailure("%s %s: body of %s bytes exceeds the %d byte cap" % (
+                method, _redact_url(url), length, max_bytes))
+        chunks, total = [], 0
+        while True:
+            chunk = resp.read(min(65536, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise HTTPFailure("%s %s: body exceeds the %d byte cap" % (method, _redact_url(url), max_bytes))
+        return resp.status, b"".join(chunks), {k.lower(): v for k, v in resp.getheaders()}
+    except HTTPFailure:
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if time.monotonic() >= deadline or isinstance(exc, socket.timeout):
+            raise HTTPFailure("%s %s: deadline passed" % (method, _redact_url(url))) from None
+        raise HTTPFailure("%s %s: %s" % (method, _redact_url(url), type(exc).__name__ + ": " + str(exc)[:200])) \
+            from None
+    finally:
+        if resp is not None:
+            resp.close()
+        conn.close()
+
+
+def _redact_url(url: str) -> str:
+    """A URL without userinfo (user:password@ never reaches a log)."""
+    return re.sub(r"//[^/@]*@", "//", str(url))
+
+
+def read_api_key(path: Optional[object]) -> Optional[str]:
+    """The key file's one line, stripped; a key with inner whitespace or control characters is
+    refused (it would break or smuggle a header). The message never includes the key."""
+    if not path:
+        return None
+    text = _read(str(path))
+    if text is None:
+        raise HTTPFailure("API key file %s cannot be read" % path)
+    key = text.strip()
+    if not key:
+        raise HTTPFailure("API key file %s is empty" % path)
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in key):
+        raise HTTPFailure("API key in %s holds whitespace or control characters: refused" % path)
+    return key
+
+
+# ---------------------------------------------------------------------------
+# GPUStack: the deployment's instance on this worker, found every tick.
+# Routes and fields checked in GPUStack's source:
+#   0.7.1: management routes under /v1, admin only (gpustack/routes/routes.py v1_admin_router:
+#          /v1/models, /v1/model-instances); GET /v1/models?search=<name> is a fuzzy name match
+#          (routes/models.py get_models), GET /v1/model-instances?model_id=&worker_id= filters
+#          (routes/model_instances.py get_model_instances); answers are PaginatedList
+#          {items, pagination} (schemas/common.py). ModelInstance fields (schemas/models.py
+#          ModelInstanceBase): id, name, worker_id, worker_name, worker_ip, pid, port, ports,
+#          state (running, ...), gpu_indexes, model_id, model_name, restart_count.
+#   2.x:   the same routes under /v2 (routes/routes.py versioned_prefix = "/v2"), same fields.
+#   Restart of ONE instance: DELETE /{v}/model-instances/{id} in both. The model controller
+#          then recreates the missing replica (0.7.1 server/controllers.py ModelInstanceController
+#          ._reconcile: on EventType.DELETED -> sync_replicas, which creates
+#          model.replicas - len(instances) new instances). POST /v2/models/{id}/restart (2.3)
+#          restarts every replica of the model on every worker, so it is not used here.
+#   2.x engine containers are named after the instance (worker/serve_manager.py:
+#          get_workload(model_instance.name)).
+# ---------------------------------------------------------------------------
+INSTANCE_STATES_RUNNING = ("running",)
+
+
+@dataclass
+class Instance:
+    id: int
+    name: str
+    state: str
+    pid: Optional[int]
+    port: Optional[int]
+    gpu_indexes: List[int]
+    worker_ip: Optional[str]
+    restart_count: int = 0
+
+    def identity(self) -> Tuple[object, ...]:
+        return (self.id, self.pid, self.port, self.name)
+
+
+def _int_field(item: Dict[str, object], key: str, low: int = 0, high: int = 2 ** 62) -> Optional[int]:
+    value = item.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
+def parse_instance(item: object) -> Optional[Instance]:
+    """One ModelInstance from the API, type- and range-checked; None if unusable."""
+    if not isinstance(item, dict):
+        return None
+    iid = _int_field(item, "id", 1)
+    name = item.get("name")
+    if iid is None or not isinstance(name, str) or not name:
+        return None
+    port = _int_field(item, "port", 1, 65535)
+    if port is None and isinstance(item.get("ports"), list) and item["ports"]:
+        first = item["ports"][0]
+        port = first if isinstance(first, int) and not isinstance(first, bool) and 0 < first < 65536 else None
+    gpus = item.get("gpu_indexes") or []
+    gpus = sorted({g for g in gpus if isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024}) \
+        if isinstance(gpus, list) else []
+    ip = item.get("worker_ip")
+    return Instance(id=iid, name=name, state=str(item.get("state") or ""), pid=_int_field(item, "pid", 1, 2 ** 31),
+                    port=port, gpu_indexes=gpus, worker_ip=ip if isinstance(ip, str) and ip else None,
+                    restart_count=_int_field(item, "restart_count") or 0)
+
+
+class GPUStackAPI:
+    """The few GPUStack routes the watchdog needs, every call bounded by the tick deadline."""
+
+    def __init__(self, cfg: Dict[str, object]):
+        self.cfg = cfg
+        self.server = str(cfg["gpustack_server"]).rstrip("/")
+        self.version = None if cfg.get("gpustack_api_version") in (None, "auto") else str(cfg["gpustack_api_version"])
+        self.model_id: Optional[int] = None
+
+    def _headers(self) -> Dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        key = read_api_key(self.cfg.get("gpustack_token_file"))
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        return headers
+
+    def call(self, method: str, path: str, deadline: float) -> Tuple[int, object]:
+        url = self.server + path
+        status, body, headers = http_request(url, method, b"{}" if method in ("POST", "PUT") else None,
+                                             self._headers(), deadline,
+                                             float(self.cfg["http_timeout_seconds"]),
+                                             int(self.cfg["max_body_bytes"]))
+        if 300 <= status < 400:
+            raise HTTPFailure("%s %s answered %d redirect to %s: not followed (the API key stays here)" % (
+                method, _redact_url(url), status, _redact_url(headers.get("location", "?"))[:200]))
+        data = None
+        if body:
+            try:
+                data = json.loads(body.decode("utf-8", "replace"))
+            except ValueError:
+                data = None
+        return status, data
+
+    def prefix(self, deadline: float) -> str:
+        if self.version is None:
+            status, _unused = self.call("GET", "/v2/models?perPage=1", deadline)
+            if status == 404:
+                self.version = "v1"
+            elif 200 <= status < 300:
+                self.version = "v2"
+            else:
+                raise HTTPFailure("GET /v2/models answered %d: cannot tell the API version" % status)
+        return "/" + self.version
+
+    def _items(self, path: str, deadline: float) -> List[object]:
+        status, data = self.call("GET", path, deadline)
+        if status != 200:
+            raise HTTPFailure("GET %s answered %d" % (path, status))
+        items = data.get("items") if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise HTTPFailure("GET %s: no items list in the answer" % path)
+        return items
+
+    def find_model_id(self, deadline: float) -> int:
+        import urllib.parse  # pylint: disable=import-outside-toplevel
+        name = str(self.cfg["gpustack_deployment"])
+        path = "%s/models?search=%s&perPage=100" % (self.prefix(deadline), urllib.parse.quote(name))
+        for item in self._items(path, deadline):
+            if isinstance(item, dict) and item.get("name") == name and _int_field(item, "id", 1):
+                return int(item["id"])
+        raise HTTPFailure("deployment %r not found in GPUStack" % name)
+
+    def instances(self, deadline: float) -> List[Instance]:
+        """This worker's instances of the deployment (model id re-resolved once if it vanished)."""
+        for attempt in range(2):
+            if self.model_id is None:
+                self.model_id = self.find_model_id(deadline)
+            path = "%s/model-instances?model_id=%d&perPage=100" % (self.prefix(deadline), self.model_id)
+            status, data = self.call("GET", path, deadline)
+            items = data.get("items") if isinstance(data, dict) else None
+            if status == 200 and isinstance(items, list):
+                worker = self.cfg["gpustack_worker_name"]
+                found = []
+                for raw in items:
+                    inst = parse_instance(raw)
+                    if inst is not None and isinstance(raw, dict) and raw.get("worker_name") == worker \
+                            and raw.get("model_id") in (None, self.model_id):
+                        found.append(inst)
+                return sorted(found, key=lambda i: i.id)
+            if attempt == 0 and status in (404, 200):
+                self.model_id = None   # deployment recreated under a new id: look it up again
+                continue
+            raise HTTPFailure("GET %s answered %d" % (path, status))
+        return []
+
+    def delete_instance(self, instance_id: int, deadline: float) -> Tuple[bool, str]:
+        path = "%s/model-instances/%d" % (self.prefix(deadline), instance_id)
+        status, _unused = self.call("DELETE", path, deadline)
+        return 200 <= status < 300, "DELETE %s -> %d" % (path, status)
+
+
+def pick_instance(instances: Sequence[Instance], gpu_indexes: Sequence[int]) -> Optional[Instance]:
+    """The instance to watch: running first, then the one on the configured GPUs, lowest id."""
+    if not instances:
+        return None
+    wanted = sorted(gpu_indexes or [])
+
+    def rank(inst: Instance) -> Tuple[int, int, int]:
+        return (0 if inst.state in INSTANCE_STATES_RUNNING else 1,
+                0 if not wanted or inst.gpu_indexes == wanted else 1, inst.id)
+    return sorted(instances, key=rank)[0]
+
+
+def process_tree(proc_root: str, root_pid: int) -> List[int]:
+    """root_pid and all its descendants, from /proc/*/stat parent links."""
+    children: Dict[int, List[int]] = {}
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        text = _read(os.path.join(proc_root, name, "stat"))
+        if not text or ")" not in text:
+            continue
+        try:
+            ppid = int(text[text.rindex(")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    if not os.path.isdir(os.path.join(proc_root, str(root_pid))):
+        return []
+    out, todo = [], [root_pid]
+    while todo and len(out) < 4096:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return sorted(out)
+
+
+def meminfo(proc_root: str) -> Dict[str, int]:
+    """/proc/meminfo in bytes."""
+    text = _read(os.path.join(proc_root, "meminfo")) or ""
+    out = {}
+    for line in text.splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1]) * (1024 if len(parts) > 2 and parts[2] == "kB" else 1)
+    return out
+
+
+def cgroup_memory_max(cgroup_dir: Optional[str]) -> Optional[int]:
+    """memory.max (v2) or memory.limit_in_bytes (v1); None when unlimited or unreadable."""
+    if not cgroup_dir:
+        return None
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        text = (_read(os.path.join(cgroup_dir, name)) or "").strip()
+        if text.isdigit():
+            value = int(text)
+            return value if value < 2 ** 60 else None  # v1 "unlimited" is ~2^63
+    return None
+
+
+def pid_cgroup_dir(cgroup_root: str, proc_root: str, pid: int) -> Optional[str]:
+    """The cgroup directory of a process with memory accounting (v2, hybrid or v1)."""
+    text = _read(os.path.join(proc_root, str(pid), "cgroup")) or ""
+    candidates = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if "memory" in parts[1].split(","):
+            candidates.insert(0, os.path.join(cgroup_root, "memory", parts[2].lstrip("/")))
+        elif parts[0] == "0":
+            candidates.extend(cgroup_candidates(cgroup_root, parts[2])[:2])
+    return pick_cgroup_dir(candidates)
+
+
+def default_limit(engine_bytes: int, engine_cgroup: Optional[str], cgroup_exclusive: bool,
+                  cgroup_used: Optional[int], node: Dict[str, int]) -> Tuple[Optional[int], str]:
+    """What the engine may grow to before it is killed, in bytes, and where that came from.
+
+    container (cgroup_exclusive): the engine cgroup's memory.max.
+    native, the worker unit's cgroup has memory.max: that limit minus what the rest of the
+      cgroup (the worker itself) holds: max - (cgroup_used - engine_bytes).
+    otherwise the node: MemTotal minus what the rest of the node holds, where the rest is
+      (MemTotal - MemAvailable) - engine_bytes; so engine_bytes + MemAvailable. Swap is not
+      counted: growing into swap already costs latency, and the earlier limit errs on the
+      side of recycling before the OOM killer acts.
+    """
+    cg_max = cgroup_memory_max(engine_cgroup)
+    if cg_max is not None:
+        if cgroup_exclusive:
+            return cg_max, "cgroup memory.max"
+        if cgroup_used is not None:
+            rest = max(0, cgroup_used - engine_bytes)
+            return max(0, cg_max - rest), "worker cgroup memory.max minus the rest of the cgroup"
+    total, available = node.get("MemTotal"), node.get("MemAvailable")
+    if total and available is not None:
+        rest = max(0, (total - available) - engine_bytes)
+        return max(0, total - rest), "node MemTotal minus the rest of the node"
+    return None, "none"
+
+
+# ---------------------------------------------------------------------------
 # Daemon: actuators.
 # ---------------------------------------------------------------------------
 class RecycleLock:
@@ -1081,26 +1652,38 @@ def recycle_command(cfg: Dict[str, object]) -> Optional[List[str]]:
     return None
 
 
-def _read_token(path: Optional[object]) -> Optional[str]:
-    if not path:
-        return None
-    text = _read(str(path))
-    return text.strip() if text else None
-
-
-def gpustack_request(cfg: Dict[str, object]) -> urllib.request.Request:
+def gpustack_request(cfg: Dict[str, object]) -> Tuple[str, str]:
+    """(method, url) of the legacy single-instance / whole-model GPUStack actuator."""
     server = str(cfg["gpustack_server"]).rstrip("/")
     if cfg.get("gpustack_mode") == "delete_instance":
-        url = "%s/v2/model-instances/%s" % (server, cfg["gpustack_instance_id"])
-        method, data = "DELETE", None
-    else:
-        url = "%s/v2/models/%s/restart" % (server, cfg["gpustack_model_id"])
-        method, data = "POST", b"{}"
-    headers = {"Content-Type": "application/json"}
-    token = _read_token(cfg.get("gpustack_token_file"))
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    return urllib.request.Request(url, data=data, method=method, headers=headers)
+        return "DELETE", "%s/v2/model-instances/%s" % (server, cfg["gpustack_instance_id"])
+    return "POST", "%s/v2/models/%s/restart" % (server, cfg["gpustack_model_id"])
+
+
+class GPULocks:
+    """One lock file per GPU index under lock_dir, all of an instance's GPUs, taken in sorted
+    order (no deadlock between two watchdogs sharing GPUs), non-blocking: a held lock means
+    another engine on that GPU is (re)starting now, so this recycle waits for a later tick."""
+
+    def __init__(self, lock_dir: str, gpu_indexes: Sequence[int], fallback: str):
+        names = ["gpu-%d.lock" % g for g in sorted(set(gpu_indexes))]
+        self.paths = [os.path.join(lock_dir, n) for n in names] if names else [fallback]
+        self.held: List[RecycleLock] = []
+
+    def acquire(self) -> Optional[str]:
+        """None when all are held, else the path that was busy (nothing is kept then)."""
+        for path in self.paths:
+            lock = RecycleLock(path)
+            if not lock.acquire():
+                self.release()
+                return path
+            self.held.append(lock)
+        return None
+
+    def release(self) -> None:
+        for lock in reversed(self.held):
+            lock.release()
+        self.held = []
 
 
 class Actuator:
@@ -1132,8 +1715,7 @@ class Actuator:
 
     def describe(self) -> str:
         if self.cfg.get("actuator") == "gpustack":
-            req = gpustack_request(self.cfg)
-            return "%s %s" % (req.get_method(), req.full_url)
+            return "%s %s" % gpustack_request(self.cfg)
         return " ".join(recycle_command(self.cfg) or ["?"])
 
     def _drain(self) -> None:
@@ -1143,27 +1725,108 @@ class Actuator:
             rc, out = _run(argv, float(cfg["actuator_timeout_seconds"]))
             self.log("drain", command=argv, rc=rc, output=out[-200:])
         if cfg.get("drain_url"):
-            req = urllib.request.Request(str(cfg["drain_url"]), data=b"{}", method="POST",
-                                         headers={"Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=float(cfg["http_timeout_seconds"])) as resp:
-                    self.log("drain", url=cfg["drain_url"], status=resp.status)
-            except (OSError, urllib.error.URLError) as exc:
-                self.log("drain", url=cfg["drain_url"], error=str(exc))
+                status, _body, _headers = http_request(str(cfg["drain_url"]), "POST", b"{}",
+                                                       {"Content-Type": "application/json"},
+                                                       timeout=float(cfg["http_timeout_seconds"]),
+                                                       max_bytes=int(cfg["max_body_bytes"]))
+                self.log("drain", url=_redact_url(str(cfg["drain_url"])), status=status)
+            except HTTPFailure as exc:
+                self.log("drain", url=_redact_url(str(cfg["drain_url"])), error=str(exc))
         grace = float(cfg.get("drain_grace_seconds") or 0)
         if grace > 0:
             time.sleep(grace)
 
     def _gpustack(self) -> Dict[str, object]:
-        req = gpustack_request(self.cfg)
+        method, url = gpustack_request(self.cfg)
         try:
-            with urllib.request.urlopen(req, timeout=float(self.cfg["http_timeout_seconds"])) as resp:
-                return {"ok": 200 <= resp.status < 300,
-                        "detail": "%s %s -> %d" % (req.get_method(), req.full_url, resp.status)}
-        except urllib.error.HTTPError as exc:
-            return {"ok": False, "detail": "%s %s -> %d" % (req.get_method(), req.full_url, exc.code)}
-        except (OSError, urllib.error.URLError) as exc:
-            return {"ok": False, "detail": "%s %s -> %s" % (req.get_method(), req.full_url, exc)}
+            key = read_api_key(self.cfg.get("gpustack_token_file"))
+            headers = {"Content-Type": "application/json"}
+            if key:
+                headers["Authorization"] = "Bearer " + key
+            status, _body, resp_headers = http_request(
+                url, method, b"{}" if method == "POST" else None, headers,
+                timeout=float(self.cfg["http_timeout_seconds"]), max_bytes=int(self.cfg["max_body_bytes"]))
+        except HTTPFailure as exc:
+            return {"ok": False, "detail": str(exc)}
+        if 300 <= status < 400:
+            return {"ok": False, "detail": "%s %s -> %d redirect to %s: not followed" % (
+                method, url, status, _redact_url(resp_headers.get("location", "?"))[:200])}
+        return {"ok": 200 <= status < 300, "detail": "%s %s -> %d" % (method, url, status)}
+
+
+class DeploymentActuator:
+    """Recycle ONE GPUStack instance: per-GPU locks, bounded drain, DELETE the instance, and
+    hold the locks until the controller's replacement runs (bounded), so two engines never
+    (re)start on one GPU at once. The worker unit and other deployments keep running."""
+
+    def __init__(self, cfg: Dict[str, object], api: "GPUStackAPI", log, scrape_running):
+        self.cfg = cfg
+        self.api = api
+        self.log = log
+        self.scrape_running = scrape_running   # () -> in-flight requests of the engine, or None
+
+    def budget_seconds(self) -> float:
+        cfg = self.cfg
+        return (float(cfg["drain_timeout_seconds"]) + float(cfg["restart_wait_seconds"])
+                + 4 * float(cfg["http_timeout_seconds"]))
+
+    def recycle(self, instance: "Instance") -> Dict[str, object]:
+        cfg = self.cfg
+        if cfg.get("actuator") in (None, "none"):
+            return {"ok": False, "detail": "no actuator configured (alert only)"}
+        if cfg.get("dry_run"):
+            return {"ok": True, "dry_run": True,
+                    "detail": "dry run: DELETE model-instances/%d (%s)" % (instance.id, instance.name)}
+        gpus = sorted(set(instance.gpu_indexes) | set(cfg.get("gpu_indexes") or []))
+        lock_dir = str(cfg.get("lock_dir") or os.path.dirname(str(cfg["lock_file"])))
+        locks = GPULocks(lock_dir, gpus, str(cfg["lock_file"]))
+        busy = locks.acquire()
+        if busy:
+            return {"ok": False, "lock_held": True,
+                    "detail": "another engine (re)start holds %s: retry later" % busy}
+        try:
+            drained = self._drain()
+            deadline = time.monotonic() + 2 * float(cfg["http_timeout_seconds"])
+            try:
+                ok, detail = self.api.delete_instance(instance.id, deadline)
+            except HTTPFailure as exc:
+                return {"ok": False, "detail": str(exc), "drain": drained}
+            if not ok:
+                return {"ok": False, "detail": detail, "drain": drained}
+            waited = self._wait_for_replacement(instance)
+            return {"ok": True, "detail": detail, "drain": drained, "replacement": waited,
+                    "gpus_locked": gpus}
+        finally:
+            locks.release()
+
+    def _drain(self) -> str:
+        """Wait (bounded) until the engine reports no request in flight. GPUStack 0.7.1 has no
+        per-instance drain route, so this is the engine's own gauge; the time bound wins."""
+        limit = float(self.cfg["drain_timeout_seconds"])
+        end = time.monotonic() + limit
+        while True:
+            running = self.scrape_running()
+            if running is None:
+                return "no in-flight gauge: not drained"
+            if running <= 0:
+                return "idle"
+            if time.monotonic() >= end:
+                return "timed out after %.0f s with %g requests in flight" % (limit, running)
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+
+    def _wait_for_replacement(self, old: "Instance") -> str:
+        end = time.monotonic() + float(self.cfg["restart_wait_seconds"])
+        while time.monotonic() < end:
+            time.sleep(min(2.0, max(0.0, end - time.monotonic())))
+            try:
+                found = self.api.instances(time.monotonic() + float(self.cfg["http_timeout_seconds"]))
+            except HTTPFailure:
+                continue
+            fresh = [i for i in found if i.identity() != old.identity() and i.state in INSTANCE_STATES_RUNNING]
+            if fresh:
+                return "instance %d running" % fresh[0].id
+        return "no running replacement within %.0f s" % float(self.cfg["restart_wait_seconds"])
 
 
 # ---------------------------------------------------------------------------
@@ -1188,34 +1851,63 @@ def sd_notify(message: str, env: Optional[Dict[str, str]] = None) -> bool:
 
 
 ACTION_CODE = {"none": 0, "alert": 1, "recycle": 2}
+# Every diagnosis the engine gives (the alerting rules match on these names).
+DIAGNOSES = ("leak_unconfirmed", "leak_with_latency", "leak_projected", "memory_rising",
+             "latency_with_memory_bump", "latency_only", "steady")
 
 
 def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render_metrics(target: str, decision: Decision, recycles_total: int) -> str:
+def render_metrics(target: str, decision: Decision, recycles_total: int,
+                   state: Optional[Dict[str, object]] = None) -> str:
+    """Prometheus text for one watched deployment. state (daemon bookkeeping): limit_source,
+    storm_guard_tripped, last_recycle_timestamp, last_recycle_ok, recycle_failures_total,
+    last_tick_timestamp."""
+    state = state or {}
     label = '{target="%s"}' % _escape_label(target)
     rows = [
-        ("kvpin_watchdog_memory_bytes", "gauge", "anon+swap of the watched target", decision.memory_bytes),
-        ("kvpin_watchdog_slope_bytes_per_hour", "gauge", "Theil-Sen slope of memory",
+        ("kvpin_watchdog_memory_bytes", "gauge", "anon+swap of the watched engine", label, decision.memory_bytes),
+        ("kvpin_watchdog_memory_limit_bytes", "gauge", "memory the engine may use before it is killed",
+         '{target="%s",source="%s"}' % (_escape_label(target), _escape_label(str(state.get("limit_source") or
+                                                                               "none"))),
+         decision.memory_limit_bytes),
+        ("kvpin_watchdog_slope_bytes_per_hour", "gauge", "Theil-Sen slope of memory", label,
          decision.slope_bytes_per_hour),
-        ("kvpin_watchdog_slope_lower_bytes_per_hour", "gauge", "lower CI bound of the slope",
+        ("kvpin_watchdog_slope_lower_bytes_per_hour", "gauge", "lower confidence bound of the slope", label,
          decision.slope_lower_bytes_per_hour),
-        ("kvpin_watchdog_ttft_p95_seconds", "gauge", "TTFT p95 of the last window", decision.ttft_p95),
-        ("kvpin_watchdog_projected_seconds_to_limit", "gauge", "time until the memory limit at the slope",
+        ("kvpin_watchdog_slope_upper_bytes_per_hour", "gauge", "upper confidence bound of the slope", label,
+         decision.slope_upper_bytes_per_hour),
+        ("kvpin_watchdog_projected_seconds_to_limit", "gauge", "time until the memory limit at the slope", label,
          decision.projected_seconds_to_limit),
-        ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle",
+        ("kvpin_watchdog_ttft_p95_seconds", "gauge", "TTFT p95 of the last window", label, decision.ttft_p95),
+        ("kvpin_watchdog_ttft_slope_seconds_per_hour", "gauge", "Theil-Sen slope of TTFT p95", label,
+         decision.ttft_slope),
+        ("kvpin_watchdog_diagnosis", "gauge", "last diagnosis (label), always 1",
+         '{target="%s",diagnosis="%s"}' % (_escape_label(target), _escape_label(decision.diagnosis or
+                                                                               decision.phase)), 1),
+        ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle", label,
          ACTION_CODE[decision.action]),
-        ("kvpin_watchdog_recycles_total", "counter", "recycles performed by this watchdog", recycles_total),
+        ("kvpin_watchdog_storm_guard_tripped", "gauge", "1 when the storm guard stopped recycling (alert only)",
+         label, 1 if state.get("storm_guard_tripped") else 0),
+        ("kvpin_watchdog_last_recycle_timestamp_seconds", "gauge", "wall-clock time of the last recycle attempt",
+         label, state.get("last_recycle_timestamp")),
+        ("kvpin_watchdog_last_recycle_success", "gauge", "1 if the last recycle attempt succeeded, 0 if it failed",
+         label, None if state.get("last_recycle_ok") is None else (1 if state.get("last_recycle_ok") else 0)),
+        ("kvpin_watchdog_recycles_total", "counter", "recycles performed by this watchdog", label, recycles_total),
+        ("kvpin_watchdog_recycle_failures_total", "counter", "recycle attempts that failed", label,
+         int(state.get("recycle_failures_total") or 0)),
+        ("kvpin_watchdog_last_tick_timestamp_seconds", "gauge", "wall-clock time of the last completed tick",
+         label, state.get("last_tick_timestamp")),
     ]
     lines = []
-    for name, kind, help_text, value in rows:
+    for name, kind, help_text, labels, value in rows:
         if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
             continue
         lines.append("# HELP %s %s" % (name, help_text))
         lines.append("# TYPE %s %s" % (name, kind))
-        lines.append("%s%s %s" % (name, label, repr(float(value)) if isinstance(value, float) else value))
+        lines.append("%s%s %s" % (name, labels, repr(float(value)) if isinstance(value, float) else value))
     return "\n".join(lines) + "\n"
 
 
@@ -1237,17 +1929,107 @@ def write_textfile(directory: str, target: str, text: str) -> str:
     return final
 
 
+class DeploymentSensor:
+    """A GPUStack deployment's instance on this worker, found through the API every tick, and
+    the engine measured: native -> the instance's process tree (pid from the API and all its
+    descendants) anon+swap from /proc; container -> the instance container's cgroup."""
+
+    def __init__(self, cfg: Dict[str, object], api: GPUStackAPI):
+        self.cfg = cfg
+        self.api = api
+        self.instance: Optional[Instance] = None
+
+    def container_cgroup(self, inst: Instance) -> Optional[str]:
+        sub = dict(self.cfg, container=inst.name, unit=None, cgroup_path=None)
+        found = resolve_cgroup(sub)
+        if found is None and inst.pid:
+            found = pid_cgroup_dir(str(self.cfg["cgroup_root"]), str(self.cfg["proc_root"]), inst.pid)
+        return found
+
+    def sample(self, deadline: float) -> Dict[str, object]:
+        cfg = self.cfg
+        out: Dict[str, object] = {"memory_bytes": None, "source": "none", "restarted": False,
+                                  "per_process": {}, "cgroup": None, "instance": None,
+                                  "limit": None, "limit_source": "none"}
+        try:
+            found = self.api.instances(deadline)
+        except HTTPFailure as exc:
+            out["status"] = "GPUStack API: %s" % exc
+            return out
+        inst = pick_instance(found, cfg.get("gpu_indexes") or [])
+        if inst is None:
+            out["status"] = "no instance of %s on worker %s" % (cfg["gpustack_deployment"], cfg["gpustack_worker_name"])
+            return out
+        out["instance"] = inst
+        if self.instance is not None and inst.identity() != self.instance.identity():
+            out["restarted"] = True   # restarted or rescheduled: a new process, a new trend
+        self.instance = inst
+        if inst.state not in INSTANCE_STATES_RUNNING:
+            out["status"] = "instance %d is %s" % (inst.id, inst.state)
+            return out
+        proc_root, cg_root = str(cfg["proc_root"]), str(cfg["cgroup_root"])
+        if cfg.get("engine_runtime") == "container":
+            cg = self.container_cgroup(inst)
+            out["cgroup"] = cg
+            got = cgroup_memory(cg) if cg else None
+            if got is not None:
+                out["memory_bytes"], out["source"] = got
+            exclusive, cg_used = True, out["memory_bytes"]
+        else:
+            pids = process_tree(proc_root, inst.pid) if inst.pid else []
+            per = {}
+            for pid in pids[:256]:
+                value = proc_anon_swap(proc_root, pid)
+                if value is not None:
+                    per[pid] = value
+            if per:
+                out["memory_bytes"] = sum(per.values())
+                out["source"] = "proc RssAnon+VmSwap of instance %d process tree (%d processes)" % (inst.id, len(per))
+            out["per_process"] = per
+            cg = pid_cgroup_dir(cg_root, proc_root, inst.pid) if inst.pid else None
+            out["cgroup"] = cg
+            got = cgroup_memory(cg) if cg else None
+            exclusive, cg_used = False, (got[0] if got else None)
+        if out["memory_bytes"] is None:
+            out["status"] = "instance %d: engine memory not readable" % inst.id
+            return out
+        if cfg.get("memory_limit_bytes"):
+            out["limit"], out["limit_source"] = int(cfg["memory_limit_bytes"]), "config memory_limit_bytes"
+        else:
+            out["limit"], out["limit_source"] = default_limit(int(out["memory_bytes"]), out["cgroup"], exclusive,
+                                                              cg_used, meminfo(proc_root))
+        out["status"] = "ok"
+        return out
+
+    def metrics_url(self) -> Optional[str]:
+        inst = self.instance
+        if inst is None or not inst.port:
+            return None
+        host = str(self.cfg.get("engine_host") or "127.0.0.1")
+        if ":" in host and not host.startswith("["):
+            host = "[%s]" % host
+        return "http://%s:%d%s" % (host, inst.port, self.cfg.get("metrics_path") or "/metrics")
+
+
 class Daemon:
-    def __init__(self, cfg: Dict[str, object], out=None, clock=time.time):
+    def __init__(self, cfg: Dict[str, object], out=None, clock=time.time, monotonic=time.monotonic):
         self.cfg = cfg
         self.out = out or sys.stdout
-        self.clock = clock
-        self.engine = DecisionEngine(cfg)
+        self.clock = clock            # wall clock: log and metric timestamps only
+        self.monotonic = monotonic    # every duration and the engine's time axis
+        self.engine = DecisionEngine(cfg, auto_commit=False)
         self.memory = MemorySensor(cfg)
         self.latency = LatencySensor(cfg)
         self.actuator = Actuator(cfg, self.log)
+        self.api = GPUStackAPI(cfg) if cfg.get("gpustack_deployment") else None
+        self.deployment = DeploymentSensor(cfg, self.api) if self.api else None
+        self.deployment_actuator = (DeploymentActuator(cfg, self.api, self.log, self._running_requests)
+                                    if self.api else None)
         self.recycles_total = 0
+        self.state: Dict[str, object] = {"recycle_failures_total": 0}
         self.stopping = False
+        self.tick_deadline: Optional[float] = None   # monotonic; None = no tick in progress
+        self.limit_source: Optional[str] = None
 
     def log(self, event: str, **fields: object) -> None:
         record = {"ts": round(self.clock(), 3), "target": self.cfg["name"], "event": event}
@@ -1255,14 +2037,51 @@ class Daemon:
         self.out.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
         self.out.flush()
 
+    def _running_requests(self) -> Optional[float]:
+        url = self.deployment.metrics_url() if self.deployment else None
+        if not url:
+            return None
+        try:
+            _status, body, _h = http_request(url, timeout=float(self.cfg["http_timeout_seconds"]),
+                                             max_bytes=int(self.cfg["max_body_bytes"]))
+        except HTTPFailure:
+            return None
+        samples = parse_exposition(body.decode("utf-8", "replace"))
+        for name in METRIC_NAMES["requests_running"]:
+            value = sum_family(samples, name)
+            if value is not None:
+                return value
+        return None
+
+    def _sample_deployment(self, now: float, deadline: float) -> Tuple[Dict[str, object], Dict[str, object]]:
+        mem = self.deployment.sample(deadline)
+        if mem["restarted"]:
+            self.latency.reset()
+        url = self.deployment.metrics_url() if mem.get("instance") is not None else None
+        lat = self.latency.sample(now, metrics_url=url, deadline=deadline)
+        if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
+            self.log("limit", limit_bytes=mem["limit"], source=mem["limit_source"])
+            self.limit_source = mem["limit_source"]
+        return mem, lat
+
     def tick(self) -> Decision:
-        now = self.clock()
-        mem = self.memory.sample()
-        lat = self.latency.sample(now)
+        # Network and liveness deadlines on the real monotonic clock; the engine's time axis on
+        # self.monotonic (the same clock in production, a simulated one in benchmarks).
+        deadline = time.monotonic() + float(self.cfg["tick_deadline_seconds"])
+        self.tick_deadline = deadline + 5.0
+        now = self.monotonic()
+        if self.deployment is not None:
+            mem, lat = self._sample_deployment(now, deadline)
+        else:
+            mem = self.memory.sample()
+            lat = self.latency.sample(now, deadline=deadline)
+        if mem.get("limit"):
+            self.engine.cfg["memory_limit_bytes"] = int(mem["limit"])
         if mem["memory_bytes"] is None:
             decision = Decision(t=now, action="none", phase="collecting",
-                                reason="no memory reading (cgroup %s)" % mem["cgroup"])
+                                reason=str(mem.get("status") or "no memory reading (cgroup %s)" % mem["cgroup"]))
             self.log("decision", **json.loads(decision.to_json()))
+            self._finish(decision)
             return decision
         decision = self.engine.feed(now, mem["memory_bytes"], ttft_p95=lat["ttft_p95"],
                                     preemptions=lat["preemptions"], restarted=bool(mem["restarted"]),
@@ -1271,33 +2090,84 @@ class Daemon:
         record["memory_source"] = mem["source"]
         record["per_process_bytes"] = mem["per_process"]
         record["latency_status"] = lat.get("status")
+        if mem.get("instance") is not None:
+            inst = mem["instance"]
+            record["instance"] = {"id": inst.id, "pid": inst.pid, "port": inst.port, "gpus": inst.gpu_indexes}
+        if mem.get("limit_source"):
+            record["limit_source"] = mem["limit_source"]
         self.log("decision", **record)
         if decision.action == "recycle":
-            result = self.actuator.recycle()
-            if result.get("ok") and not result.get("dry_run"):
-                self.recycles_total += 1
-            self.log("recycle", **result)
-        if self.cfg.get("textfile_dir"):
-            write_textfile(str(self.cfg["textfile_dir"]), str(self.cfg["name"]),
-                           render_metrics(str(self.cfg["name"]), decision, self.recycles_total))
-        sd_notify("WATCHDOG=1\nSTATUS=%s: %s" % (decision.action, decision.reason[:200]))
+            self._recycle(decision, mem)
+        self.state["limit_source"] = mem.get("limit_source") or (
+            "config memory_limit_bytes" if self.cfg.get("memory_limit_bytes") else None)
+        self._finish(decision)
         return decision
 
+    def _recycle(self, decision: Decision, mem: Dict[str, object]) -> None:
+        if self.deployment_actuator is not None:
+            self.tick_deadline = time.monotonic() + self.deployment_actuator.budget_seconds() + 10.0
+            result = self.deployment_actuator.recycle(mem["instance"])
+        else:
+            self.tick_deadline = time.monotonic() + float(self.cfg["actuator_timeout_seconds"]) * 2 + 10.0
+            result = self.actuator.recycle()
+        self.state["last_recycle_timestamp"] = self.clock()
+        self.state["last_recycle_ok"] = bool(result.get("ok"))
+        if result.get("ok"):
+            if not result.get("dry_run"):
+                self.recycles_total += 1
+            self.engine.commit_recycle(decision.t)
+        else:
+            # Not counted, trend kept: the next evaluation decides again (a retry).
+            self.state["recycle_failures_total"] = int(self.state["recycle_failures_total"]) + 1
+        self.log("recycle", **result)
+
+    def _finish(self, decision: Decision) -> None:
+        self.state["storm_guard_tripped"] = self.engine.storm_guard_tripped()
+        self.state["last_tick_timestamp"] = self.clock()
+        if decision.suppressed_by == "storm_guard" and not self.state.get("storm_logged"):
+            self.log("storm_guard", detail="recycling stopped after %d recycles in %.1f h: alert only" % (
+                len(self.engine.recycle_times), float(self.cfg["storm_window_seconds"]) / HOUR))
+            self.state["storm_logged"] = True
+        if self.cfg.get("textfile_dir"):
+            write_textfile(str(self.cfg["textfile_dir"]), str(self.cfg["name"]),
+                           render_metrics(str(self.cfg["name"]), decision, self.recycles_total, self.state))
+        self.status_line = "%s: %s" % (decision.action, decision.reason[:200])
+        self.tick_deadline = None
+
+    def _tick_safely(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the watchdog
+            self.log("error", error="%s: %s" % (type(exc).__name__, exc))
+        finally:
+            self.tick_deadline = None
+
+    def healthy(self) -> bool:
+        """Feed systemd only while no tick runs, or the running one is within its deadline:
+        a tick hung past it starves WATCHDOG=1 on purpose, so systemd restarts the daemon."""
+        deadline = self.tick_deadline
+        return deadline is None or time.monotonic() < deadline
+
     def run(self) -> int:
+        import threading  # pylint: disable=import-outside-toplevel
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         self.log("start", config={k: v for k, v in self.cfg.items() if k != "gpustack_token_file"})
         sd_notify("READY=1\nSTATUS=watching %s" % self.cfg["name"])
+        self.status_line = "starting"
         interval = float(self.cfg["interval_seconds"])
+        worker: Optional[threading.Thread] = None
+        next_tick = time.monotonic()
         while not self.stopping:
-            started = time.monotonic()
-            try:
-                self.tick()
-            except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the watchdog
-                self.log("error", error="%s: %s" % (type(exc).__name__, exc))
-            # Keep the systemd watchdog fed while sleeping in small steps.
-            while not self.stopping and time.monotonic() - started < interval:
-                time.sleep(min(1.0, interval))
+            if (worker is None or not worker.is_alive()) and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + interval
+                self.tick_deadline = time.monotonic() + float(self.cfg["tick_deadline_seconds"]) + 5.0
+                worker = threading.Thread(target=self._tick_safely, name="tick", daemon=True)
+                worker.start()
+            # The scrape runs in the tick thread; this loop keeps WATCHDOG=1 fed meanwhile.
+            if self.healthy():
+                sd_notify("WATCHDOG=1\nSTATUS=%s" % self.status_line)
+            time.sleep(min(1.0, interval))
         sd_notify("STOPPING=1")
         self.log("stop")
         return 0

@@ -82,6 +82,11 @@ EXTRA = {
         {"name": "vllm-llama", "container": "gpustack-vllm-llama", "container_runtime": "docker",
          "actuator": "gpustack", "gpustack_server": "http://127.0.0.1:9", "gpustack_model_id": 3,
          "gpustack_api_key": "gpustack_abc_verysecret"},
+        # What site.yml derives for a deployment (kvpin.fleet.kvpin_watchdog_targets).
+        {"name": "llama-3.1-8b", "gpustack_deployment": "llama-3.1-8b", "gpustack_server": "http://127.0.0.1:9",
+         "gpustack_api_key": "gpustack_abc_verysecret", "gpustack_api_version": "v1",
+         "gpustack_worker_name": "lab-4090x2", "engine_runtime": "native", "gpu_indexes": [0, 1],
+         "metrics_path": "/metrics"},
     ],
 }
 
@@ -115,6 +120,22 @@ def test_rendered_configs_pass_the_program_check(rendered):
     assert cfg["slope_threshold_bytes_per_hour"] == 20971520
     other = (rendered / "vllm-llama-watchdog.json.j2").read_text()
     assert "verysecret" not in other and '"gpustack_token_file": "/etc/kvpin-watchdog/vllm-llama.token"' in other
+
+
+def test_a_derived_deployment_target_renders_a_runnable_gpustack_watchdog(rendered, wd):
+    path = str(rendered / "llama-3.1-8b-watchdog.json.j2")
+    proc = subprocess.run([sys.executable, PROGRAM, "check-config", "--config", path],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    text = (rendered / "llama-3.1-8b-watchdog.json.j2").read_text()
+    cfg = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    assert cfg["actuator"] == "gpustack" and cfg["gpustack_deployment"] == "llama-3.1-8b"
+    assert cfg["gpustack_worker_name"] == "lab-4090x2" and cfg["engine_runtime"] == "native"
+    assert cfg["gpu_indexes"] == [0, 1] and cfg["lock_dir"] == "/run/kvpin-watchdog"
+    assert cfg["watchdog_sec"] == 180 and cfg["gpustack_token_file"] == "/etc/kvpin-watchdog/llama-3.1-8b.token"
+    assert "verysecret" not in text
+    unit = (rendered / "llama-3.1-8b-kvpin-watchdog.service.j2").read_text()
+    assert "GPUStack deployment llama-3.1-8b on worker lab-4090x2" in unit
 
 
 def test_rendered_unit_is_hardened(rendered):
@@ -192,7 +213,11 @@ def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, re
     assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-gpustack.rules" in files
     assert "/etc/polkit-1/rules.d/60-kvpin-watchdog-vllm-llama.rules" not in files
     unit_names = [unit["name"] for unit in desired["units"]]
-    assert unit_names == ["kvpin-watchdog-gpustack.service", "kvpin-watchdog-vllm-llama.service"]
+    assert unit_names == ["kvpin-watchdog-gpustack.service", "kvpin-watchdog-vllm-llama.service",
+                          "kvpin-watchdog-llama-3.1-8b.service"]
+    # The config directory must hold exactly these: anything else is a removed target's leftover.
+    assert sorted(files["/etc/kvpin-watchdog"]["entries"]) == [
+        "gpustack.json", "llama-3.1-8b.json", "llama-3.1-8b.token", "vllm-llama.json", "vllm-llama.token"]
     # The config the role hashes (from the masked targets) is the config the template gives
     # for the real target: it names the key file, never the key.
     config_sha1 = files["/etc/kvpin-watchdog/vllm-llama.json"]["sha1"]

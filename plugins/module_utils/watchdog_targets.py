@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One serving watchdog target per deployment of a node (site.yml's derivation), as the
+serving_watchdog role takes it. Pure data: unit-tested without Ansible."""
+
+from __future__ import annotations
+
+RUNTIMES = ('native', 'container')
+API_VERSIONS = ('auto', 'v1', 'v2')
+
+
+class WatchdogTargetError(ValueError):
+    """A deployment or setting that cannot become a watchdog target (message names it)."""
+
+
+def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
+                     worker_runtime='container'):
+    """[{name, gpustack_deployment, gpustack_server, gpustack_api_key, gpustack_api_version,
+    gpustack_worker_name, engine_runtime, gpu_indexes, metrics_path[, memory_limit_bytes,
+    settings]}] for ``deployments`` (kvpin_deployments entries), or [] without a server URL:
+    a watchdog that cannot find or restart its instance would only alert on nothing.
+
+    engine_runtime follows the worker: GPUStack 0.7.x native workers run engines as child
+    processes of the worker unit (``native``); 2.x runs each instance in its own container.
+    A deployment's optional ``watchdog`` dict may set memory_limit_bytes, metrics_path,
+    gpustack_deployment (the model name in GPUStack, default the deployment name) and
+    settings (decision-engine overrides)."""
+    if not server_url:
+        return []
+    if not isinstance(deployments, (list, tuple)):
+        raise WatchdogTargetError('kvpin_deployments must be a list, got %s' % type(deployments).__name__)
+    if api_version not in API_VERSIONS:
+        raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r' % (', '.join(API_VERSIONS),
+                                                                                     api_version))
+    runtime = 'native' if worker_runtime == 'native' else 'container'
+    if not isinstance(worker_name, str) or not worker_name:
+        raise WatchdogTargetError('the GPUStack worker name must be a non-empty string, got %r' % (worker_name,))
+    targets = []
+    for index, deployment in enumerate(deployments):
+        if not isinstance(deployment, dict) or not isinstance(deployment.get('name'), str):
+            raise WatchdogTargetError('kvpin_deployments[%d] needs a name' % index)
+        extra = deployment.get('watchdog') or {}
+        if not isinstance(extra, dict):
+            raise WatchdogTargetError('kvpin_deployments[%d].watchdog must be a dict' % index)
+        gpus = deployment.get('gpu_indexes') or []
+        if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
+                                                 for g in gpus):
+            raise WatchdogTargetError('kvpin_deployments[%d].gpu_indexes must be a list of GPU indexes' % index)
+        target = {
+            'name': deployment['name'],
+            'gpustack_deployment': extra.get('gpustack_deployment') or deployment['name'],
+            'gpustack_server': server_url,
+            'gpustack_api_key': api_key,
+            'gpustack_api_version': api_version,
+            'gpustack_worker_name': worker_name,
+            'engine_runtime': runtime,
+            'gpu_indexes': sorted(gpus),
+            'metrics_path': extra.get('metrics_path') or '/metrics',
+        }
+        if extra.get('memory_limit_bytes') is not None:
+            target['memory_limit_bytes'] = extra['memory_limit_bytes']
+        if extra.get('settings'):
+            target['settings'] = extra['settings']
+        targets.append(target)
+    return targets

@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""site.yml's derivation of watchdog targets from a node's deployments, and node_state's
+directory entries, which make a removed deployment's leftover watchdog visible as drift."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+    NodeStateInputError,
+    compare,
+    observe,
+    parse_checks,
+    summarize,
+)
+from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import watchdog_targets
+
+DERIVE = FilterModule().filters()['kvpin_watchdog_targets']
+DEPLOYMENTS = [
+    {'name': 'llama-3.1-8b', 'backend': 'vllm', 'gpu_indexes': [1, 0]},
+    {'name': 'qwen', 'backend': 'llama.cpp', 'watchdog': {'memory_limit_bytes': 8 << 30, 'metrics_path': '/m',
+                                                          'gpustack_deployment': 'qwen-prod'}},
+]
+
+
+def test_one_target_per_deployment_with_the_contract_keys():
+    got = DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native')
+    assert [t['name'] for t in got] == ['llama-3.1-8b', 'qwen']
+    assert got[0] == {'name': 'llama-3.1-8b', 'gpustack_deployment': 'llama-3.1-8b',
+                      'gpustack_server': 'http://gs:80', 'gpustack_api_key': 'key',
+                      'gpustack_api_version': 'v1', 'gpustack_worker_name': 'node-a',
+                      'engine_runtime': 'native', 'gpu_indexes': [0, 1], 'metrics_path': '/metrics'}
+    assert got[1]['memory_limit_bytes'] == 8 << 30 and got[1]['metrics_path'] == '/m'
+    assert got[1]['gpustack_deployment'] == 'qwen-prod' and got[1]['gpu_indexes'] == []
+
+
+def test_container_workers_get_container_engines():
+    assert {t['engine_runtime'] for t in DERIVE(DEPLOYMENTS, 'http://gs', None, 'auto', 'n', 'container')} == \
+        {'container'}
+
+
+@pytest.mark.parametrize('url', [None, ''])
+def test_no_server_url_derives_nothing(url):
+    assert watchdog_targets(DEPLOYMENTS, url, 'k', 'auto', 'node-a', 'native') == []
+
+
+@pytest.mark.parametrize('args,message', [
+    (([{'backend': 'vllm'}], 'http://gs', 'k', 'auto', 'n', 'native'), r'kvpin_deployments\[0\] needs a name'),
+    (([{'name': 'a', 'gpu_indexes': [-1]}], 'http://gs', 'k', 'auto', 'n', 'native'), 'gpu_indexes'),
+    ((DEPLOYMENTS, 'http://gs', 'k', 'v9', 'n', 'native'), 'gpustack_api_version'),
+    ((DEPLOYMENTS, 'http://gs', 'k', 'auto', '', 'native'), 'worker name'),
+])
+def test_bad_input_is_a_filter_error(args, message):
+    with pytest.raises(AnsibleFilterError, match='kvpin_watchdog_targets: .*' + message):
+        DERIVE(*args)
+
+
+def _dir_check(path, entries):
+    return parse_checks([{'name': 'serving_watchdog',
+                          'files': [{'path': str(path), 'state': 'directory', 'entries': entries}]}])
+
+
+def test_an_unexpected_directory_entry_is_drift_and_survives_the_json_round_trip(tmp_path):
+    (tmp_path / 'llama.json').write_text('{}')
+    (tmp_path / 'llama.token').write_text('k')
+    checks = _dir_check(tmp_path, ['llama.json', 'llama.token'])
+    assert summarize(compare(checks, json.loads(json.dumps(observe(checks)))))['in_sync']
+    (tmp_path / 'removed.json').write_text('{}')
+    result = summarize(compare(checks, json.loads(json.dumps(observe(checks)))))
+    assert not result['in_sync']
+    assert result['drift'] == ['serving_watchdog: %s: unexpected entries removed.json' % tmp_path]
+
+
+def test_entries_not_observed_is_drift(tmp_path):
+    checks = _dir_check(tmp_path, [])
+    observed = observe(parse_checks([{'name': 'x', 'files': [{'path': str(tmp_path), 'state': 'directory'}]}]))
+    assert compare(checks, observed)[0].drift == ['%s: entries not observed' % tmp_path]
+
+
+@pytest.mark.parametrize('spec,message', [
+    ({'state': 'file', 'entries': ['a']}, 'only applies to state directory'),
+    ({'state': 'directory', 'entries': ['a/b']}, 'must be a list of file names'),
+    ({'state': 'directory', 'entries': 'a'}, 'must be a list of file names'),
+])
+def test_entries_input_errors(tmp_path, spec, message):
+    with pytest.raises(NodeStateInputError, match=message):
+        parse_checks([{'name': 'x', 'files': [dict(spec, path=str(tmp_path))]}])

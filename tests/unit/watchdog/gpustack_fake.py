@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A loopback stand-in of the few GPUStack routes the watchdog uses (test edge only): model
+list with ?search=, model-instances with ?model_id=, DELETE of an instance (the controller's
+answer: a new instance with a new id, pid and port), and an engine /metrics per port."""
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+
+
+class FakeGPUStack:
+    def __init__(self, version="v1", token="tok-123"):
+        self.version = version
+        self.token = token
+        self.models = [{"id": 3, "name": "llama"}, {"id": 4, "name": "llama-big"}]
+        self.instances = []
+        self.requests = []
+        self.metrics = "vllm:num_requests_running 0\n"
+        self.next_id = 100
+        self.on_delete = None      # callable(instance) -> replacement instance dict or None
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _reply(self, status, data, ctype="application/json"):
+                body = data if isinstance(data, bytes) else json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _route(self):
+                parts = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(parts.query))
+                fake.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                if parts.path == "/metrics":
+                    return self._reply(200, fake.metrics.encode(), "text/plain")
+                if self.headers.get("Authorization") != "Bearer " + fake.token:
+                    return self._reply(401, {"message": "unauthorized"})
+                prefix = "/" + fake.version
+                if not parts.path.startswith(prefix + "/"):
+                    return self._reply(404, {"message": "not found"})
+                route = parts.path[len(prefix):]
+                if route == "/models" and self.command == "GET":
+                    term = query.get("search", "")
+                    return self._reply(200, {"items": [m for m in fake.models if term in m["name"]],
+                                             "pagination": {"page": 1}})
+                if route == "/model-instances" and self.command == "GET":
+                    items = [i for i in fake.instances if str(i["model_id"]) == query.get("model_id")]
+                    return self._reply(200, {"items": items, "pagination": {"page": 1}})
+                if route.startswith("/model-instances/") and self.command == "DELETE":
+                    iid = int(route.rsplit("/", 1)[1])
+                    gone = [i for i in fake.instances if i["id"] == iid]
+                    fake.instances = [i for i in fake.instances if i["id"] != iid]
+                    if gone and fake.on_delete:
+                        new = fake.on_delete(gone[0])
+                        if new:
+                            fake.instances.append(new)
+                    return self._reply(200 if gone else 404, {})
+                return self._reply(404, {"message": "no route"})
+
+            do_GET = do_DELETE = do_POST = _route
+
+            def log_message(self, *_args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def instance(self, iid, pid, worker="node-a", model_id=3, gpus=(0,), state="running", port=None):
+        return {"id": iid, "name": "llama-%d" % iid, "model_id": model_id, "model_name": "llama",
+                "worker_id": 1, "worker_name": worker, "worker_ip": "127.0.0.1", "pid": pid,
+                "port": port or self.port, "ports": [port or self.port], "state": state,
+                "gpu_indexes": list(gpus), "restart_count": 0}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
