@@ -24,7 +24,8 @@ COLLECTION_LINK="$REPO/.cache/collections/ansible_collections/kvpin/fleet"
 ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
 PYTHON="${KVPIN_PYTHON:-python3}"
 APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
-              python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus)
+              python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus
+              postgresql)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }

@@ -260,10 +260,12 @@ plan:
           returned: always
           sample: NVIDIA RTX A6000
         total:
-          description: The GPU's memory (NVML C(memory_total)).
+          description:
+            - The CUDA-visible total the budgets start from - the NVML C(memory_total) less what
+              the driver and firmware keep (C(terms.driver_reserved); C(explain.total) names its source).
           type: int
           returned: always
-          sample: 51527024640
+          sample: 50990153728
         budget:
           description:
             - vLLM - the memory vLLM lets itself use on this GPU, total x
@@ -394,6 +396,16 @@ plan:
               description: vLLM - the KV memory the budget leaves (before rounding to whole blocks).
               type: int
               returned: backend vllm
+            nvml_total:
+              description: The GPU's physical memory as NVML reports it (gpu_facts C(memory_total)).
+              type: int
+              returned: always
+            driver_reserved:
+              description:
+                - What the driver and firmware keep of C(nvml_total), so CUDA never sees it - NVML v2
+                  C(reserved), the card's row in the sourced gap table, or the default margin (the largest applies).
+              type: int
+              returned: always
             kv_bytes_per_token:
               description: vLLM - KV bytes one token takes on this GPU.
               type: int
@@ -480,7 +492,7 @@ plan:
           type: dict
           returned: always
           sample:
-            total: NVML memory_total of GPU 0 (NVIDIA RTX A6000)
+            total: CUDA-visible total of GPU 0 (NVIDIA RTX A6000)
             budget: ceil(total x gpu_memory_utilization 0.89)
     kv_cache_tokens:
       description: Tokens the KV cache holds (per GPU group, minimum over GPUs).

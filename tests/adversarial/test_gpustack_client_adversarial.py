@@ -11,7 +11,7 @@ import pytest
 
 from attacker_http import (close_early, drip, elapsed, hang, huge, json_body, raw, redirect,
                            slow_headers)
-from conftest import API_KEY, assert_no_secret
+from gpustack_attack import API_KEY, assert_no_secret
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
     MAX_BODY_BYTES, ClientInputError, GpustackApiError, GpustackClient, origin_of,

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from attacker_http import drip, json_body, redirect
-from conftest import API_KEY, FakeGpustack, assert_no_secret, run_module, run_playbook
+from gpustack_attack import API_KEY, FakeGpustack, assert_no_secret, run_module, run_playbook
 
 MODEL = dict(name='qwen3-8b', source='huggingface', huggingface_repo_id='Qwen/Qwen3-8B', backend='vLLM',
              env={'HF_HUB_OFFLINE': '1'})

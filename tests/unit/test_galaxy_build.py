@@ -122,7 +122,6 @@ def test_the_test_only_check_finds_marked_code():
                      'roles/r/vars/main.yml:1: when: r_native_standin | bool']
 
 
-@pytest.mark.xfail(strict=False, reason='stand-in removal in progress')
 def test_roles_and_plugins_in_the_tarball_carry_no_test_only_code(artifact):
     members, _files = artifact
     findings = marked_test_only(members)

@@ -100,7 +100,7 @@ def test_native_without_install_checks_no_packages_and_no_executable(tmp_path):
     desired = desired_state(tmp_path, gpustack_worker_runtime='native', gpustack_worker_native_install=False)
     paths = sorted(spec['path'] for spec in desired['files'])
     assert paths == ['/etc/systemd/system/gpustack.service', '/var/lib/gpustack', '/var/lib/gpustack/cache',
-                     '/var/lib/gpustack/config.yaml', '/var/lib/gpustack/log']
+                     '/var/lib/gpustack/config.yaml', '/var/lib/gpustack/log', '/var/lib/gpustack/worker.env']
     assert desired['python_packages'] == []
     assert desired['units'][0]['name'] == 'gpustack.service'
 
