@@ -11,13 +11,11 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-import yaml
 
-from model_files import REPO_ROOT, GiB, SMALL_LLAMA, gpu, params, run_module
+from local_playbook import run_tasks_on_localhost
+from model_files import GiB, SMALL_LLAMA, gpu, params, run_module
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
 
@@ -144,7 +142,6 @@ def test_module_entry_point_never_echoes_a_symlinked_file(tmp_path):
 
 # ---- the action plugin: the same failures from a real ansible-playbook run
 
-PLAYBOOK = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible-playbook')
 ACTION_CASES = ['memory_total_str', 'index_str', 'compute_capability_float', 'version_series',
                 'model_negative_window', 'model_bool_layers', 'tp_word', 'llama_ctx_negative']
 
@@ -165,19 +162,7 @@ def playbook_results(tmp_path_factory):
     tasks.append({'name': 'save', 'ansible.builtin.copy': {
         'dest': str(results), 'mode': '0600',
         'content': '{{ {%s} | to_json }}' % ', '.join("'%s': %s" % (n, n) for n in cases)}})
-    playbook = work / 'playbook.yml'
-    playbook.write_text(yaml.safe_dump([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}],
-                                       sort_keys=False))
-    inventory = work / 'inventory.ini'
-    inventory.write_text('localhost ansible_connection=local ansible_python_interpreter=%s\n' % sys.executable)
-    collections_root = next(p for p in sys.path
-                            if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'),
-               ANSIBLE_COLLECTIONS_PATH=collections_root, HOME=str(work), ANSIBLE_NOCOLOR='1',
-               ANSIBLE_LOCAL_TEMP=str(work / 'local_tmp'), ANSIBLE_REMOTE_TMP=str(work / 'remote_tmp'),
-               ANSIBLE_RETRY_FILES_ENABLED='0')
-    proc = subprocess.run([PLAYBOOK, '-i', str(inventory), str(playbook), '-vvv'], env=env, cwd=str(work),
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = run_tasks_on_localhost(work, tasks, '-vvv')
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(results.read_text()), proc.stdout + proc.stderr
 

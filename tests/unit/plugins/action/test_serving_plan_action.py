@@ -17,14 +17,13 @@ import subprocess
 import sys
 
 import pytest
-import yaml
+from local_playbook import run_tasks_on_localhost
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import model_needs_node_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'serving_plan.py')
-PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 A6000X4 = os.path.join(ROOT, 'tests', 'fixtures', 'nvml', 'lab-a6000x4.json')
 MODEL_DIR = os.path.join(ROOT, 'tests', 'fixtures', 'models', 'tiny-llama-indexed')
 # The directory holding ansible_collections/kvpin/fleet (tests/conftest.py puts it on sys.path).
@@ -117,17 +116,7 @@ def playbook_run(tmp_path_factory):
     tasks.append({'name': 'save_results', 'check_mode': False, 'ansible.builtin.copy': {
         'dest': str(results), 'mode': '0600',
         'content': '{{ %s | to_json }}' % ('{%s}' % ', '.join("'%s': %s" % (name, name) for name in CASES))}})
-    playbook = work / 'playbook.yml'
-    playbook.write_text(yaml.safe_dump([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}],
-                                       sort_keys=False))
-    inventory = work / 'inventory.ini'
-    inventory.write_text('localhost ansible_connection=local ansible_python_interpreter=%s\n' % sys.executable)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'),
-               ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_ROOT, HOME=str(work), ANSIBLE_NOCOLOR='1',
-               ANSIBLE_LOCAL_TEMP=str(work / 'local_tmp'), ANSIBLE_REMOTE_TMP=str(work / 'remote_tmp'),
-               ANSIBLE_RETRY_FILES_ENABLED='0')
-    proc = subprocess.run([PLAYBOOK, '-i', str(inventory), str(playbook), '-vvv'], env=env, cwd=str(work),
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = run_tasks_on_localhost(work, tasks, '-vvv')
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     log_by_task = dict(re.findall(r'^TASK \[(\w+)\].*?$(.*?)(?=^TASK \[|^PLAY RECAP)', proc.stdout, re.M | re.S))
     assert set(log_by_task) == set(CASES) | {'save_results'}, proc.stdout[-4000:]

@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run a list of tasks as one play on localhost with the repository's ansible.cfg and the
+collection as it is checked out; tests that need Ansible's own task execution (action
+plugins, -vvv output, register) share it. Importable from any test: pytest puts tests/ on
+sys.path for tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import yaml
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAYBOOK = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible-playbook')
+
+
+def collections_root():
+    """The sys.path entry holding ansible_collections/kvpin/fleet (tests/conftest.py adds it)."""
+    return next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
+
+
+def run_tasks_on_localhost(work, tasks, *options, timeout=300):
+    """Write ``tasks`` as one play under the directory ``work`` (a pathlib.Path) and run it
+    with ``options`` (e.g. -vvv); returns the CompletedProcess."""
+    playbook = work / 'playbook.yml'
+    playbook.write_text(yaml.safe_dump([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}],
+                                       sort_keys=False))
+    inventory = work / 'inventory.ini'
+    inventory.write_text('localhost ansible_connection=local ansible_python_interpreter=%s\n' % sys.executable)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'),
+               ANSIBLE_COLLECTIONS_PATH=collections_root(), HOME=str(work), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_LOCAL_TEMP=str(work / 'local_tmp'), ANSIBLE_REMOTE_TMP=str(work / 'remote_tmp'),
+               ANSIBLE_RETRY_FILES_ENABLED='0')
+    return subprocess.run([PLAYBOOK, '-i', str(inventory), str(playbook)] + list(options), env=env,
+                          cwd=str(work), capture_output=True, text=True, timeout=timeout, check=False)
