@@ -74,9 +74,9 @@ options:
           entries:
             description:
               - Only with O(checks[].files[].state=directory) - the names the directory must hold.
-              - An entry on the node that is not listed is drift (C(<path>: unexpected entries a, b)),
-                so something removed from the inventory is noticed; a listed entry that is missing
-                is checked by its own file entry.
+              - An entry on the node that is not listed is drift (reported as C(<path>) followed by
+                C(unexpected entries a, b)), so something removed from the inventory is noticed; a
+                listed entry that is missing is checked by its own file entry.
             type: list
             elements: str
       users:
