@@ -31,8 +31,8 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
     if not isinstance(deployments, (list, tuple)):
         raise WatchdogTargetError('kvpin_deployments must be a list, got %s' % type(deployments).__name__)
     if api_version not in API_VERSIONS:
-        raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r' % (', '.join(API_VERSIONS),
-                                                                                     api_version))
+        raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r'
+                                  % (', '.join(API_VERSIONS), api_version))
     runtime = 'native' if worker_runtime == 'native' else 'container'
     if not isinstance(worker_name, str) or not worker_name:
         raise WatchdogTargetError('the GPUStack worker name must be a non-empty string, got %r' % (worker_name,))

@@ -13,7 +13,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from attacker_http import AttackerServer, json_body  # noqa: E402  pylint: disable=wrong-import-position
+from attacker_http import json_body  # noqa: E402  pylint: disable=wrong-import-position
 
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 MODULES_DIR = os.path.join(REPO_ROOT, 'plugins', 'modules')

@@ -150,8 +150,7 @@ def lab_deployments():
     for path in sorted(glob.glob(os.path.join(REPO, 'inventory', 'lab', 'host_vars', '*.yml'))):
         with open(path) as handle:
             host_vars = yaml.safe_load(handle) or {}
-        for deployment in host_vars.get('kvpin_deployments') or []:
-            yield deployment
+        yield from host_vars.get('kvpin_deployments') or []
 
 
 def prepare_models(lab_dir):

@@ -141,7 +141,7 @@ def run_tests(tree, tests, first_failure=True) -> Tuple[int, List[str], str]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('-k', default='', help='only mutations whose name contains this')
     parser.add_argument('--list', action='store_true')
     parser.add_argument('--no-baseline', action='store_true', help='skip the unmutated run')

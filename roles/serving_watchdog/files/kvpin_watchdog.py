@@ -911,6 +911,11 @@ class DecisionEngine:
 # ---------------------------------------------------------------------------
 # Replay.
 # ---------------------------------------------------------------------------
+def _short_number(value: float) -> str:
+    """A number as %g writes it (3600, not 3600.0) for messages."""
+    return "%g" % value
+
+
 def _row_float(row: Dict[str, object], key: str, line: int, required: bool) -> Optional[float]:
     """A finite number from one trace cell, or a ValueError naming the row and column."""
     raw = row.get(key)
@@ -960,8 +965,9 @@ def replay(trace_path: str, config: Dict[str, object], out=None,
             except ValueError as exc:
                 raise ValueError("%s: %s" % (trace_path, exc)) from None
             if last_t is not None and t <= last_t:
-                raise ValueError("%s: row %d: t_seconds %g %s the previous row's %g" % (
-                    trace_path, line, t, "repeats" if t == last_t else "goes back from", last_t))
+                raise ValueError("%s: row %d: t_seconds %s %s the previous row's %s" % (
+                    trace_path, line, _short_number(t), "repeats" if t == last_t else "goes back from",
+                    _short_number(last_t)))
             last_t = t
             d = engine.feed(t, mem, ttft_p95=ttft, preemptions=preempt)
             decisions.append(d)
@@ -1870,8 +1876,8 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
     rows = [
         ("kvpin_watchdog_memory_bytes", "gauge", "anon+swap of the watched engine", label, decision.memory_bytes),
         ("kvpin_watchdog_memory_limit_bytes", "gauge", "memory the engine may use before it is killed",
-         '{target="%s",source="%s"}' % (_escape_label(target), _escape_label(str(state.get("limit_source") or
-                                                                               "none"))),
+         '{target="%s",source="%s"}' % (_escape_label(target),
+                                        _escape_label(str(state.get("limit_source") or "none"))),
          decision.memory_limit_bytes),
         ("kvpin_watchdog_slope_bytes_per_hour", "gauge", "Theil-Sen slope of memory", label,
          decision.slope_bytes_per_hour),
@@ -1885,8 +1891,8 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
         ("kvpin_watchdog_ttft_slope_seconds_per_hour", "gauge", "Theil-Sen slope of TTFT p95", label,
          decision.ttft_slope),
         ("kvpin_watchdog_diagnosis", "gauge", "last diagnosis (label), always 1",
-         '{target="%s",diagnosis="%s"}' % (_escape_label(target), _escape_label(decision.diagnosis or
-                                                                               decision.phase)), 1),
+         '{target="%s",diagnosis="%s"}' % (_escape_label(target),
+                                           _escape_label(decision.diagnosis or decision.phase)), 1),
         ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle", label,
          ACTION_CODE[decision.action]),
         ("kvpin_watchdog_storm_guard_tripped", "gauge", "1 when the storm guard stopped recycling (alert only)",
