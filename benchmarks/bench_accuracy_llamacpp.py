@@ -11,6 +11,12 @@ feasibility. The same figures come from a naive baseline in the same process
 250 MiB platform footprint"). Prints tables, a summary and ``accuracy:`` lines that state
 each target and whether the planner meets it (PASS/FAIL); always exits 0.
 
+Every entry is scored in its split (benchmarks/_splits.py): "fit" entries gave a fitted
+constant (the constant's ``*_SOURCE_ROWS``) or an input from their own answer (llama.cpp#8035:
+its tensor split is read from its KV lines), so they are in-sample; "held_out" entries gave
+nothing. Tables, summary and ``accuracy:`` lines come once per split and once for all entries,
+with the same targets.
+
 Run from the repository root:  python benchmarks/bench_accuracy_llamacpp.py
 """
 
@@ -22,6 +28,7 @@ import sys
 
 # First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
 import _setup  # noqa: F401  pylint: disable=unused-import
+import _splits as splits
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
@@ -158,18 +165,13 @@ def fmt_pct(value):
 
 # ---------------------------------------------------------------- main
 
-def verdict_line(what, hits, count, unit, target):
-    """``accuracy: <what> h/n <unit> (p %; target >= t %): PASS|FAIL``; no rows is FAIL."""
-    share = float(hits) / count if count else 0.0
-    return 'accuracy: %s %d/%d %s (%.0f %%; target >= %.0f %%): %s' % (
-        what, hits, count, unit, 100.0 * share, 100.0 * target, 'PASS' if count and share >= target else 'FAIL')
-
-
-def run_entries(entries):
-    rows, oom_rows, skipped = [], [], []
+def run_entries(entries, sources):
+    """(buffer rows, OOM rows, skipped entries, {label: (split, why)}) over the entries."""
+    rows, oom_rows, skipped, split_of = [], [], [], {}
     for number, entry in enumerate(entries):
         sc = scenario(entry)
         label = '#%d %s' % (number, entry['source_url'].split('github.com/')[-1])
+        split_of[label] = splits.row_split(entry, sources)
         if isinstance(sc, str):
             skipped.append((label, sc))
             continue
@@ -214,7 +216,7 @@ def run_entries(entries):
                                for m in plan.memory)
             oom_rows.append((label, entry['oom'], not plan.feasible, not physical_fit,
                              not naive_fit, sc['note']))
-    return rows, oom_rows, skipped
+    return rows, oom_rows, skipped, split_of
 
 
 def report_scenario():
@@ -249,6 +251,47 @@ def report_scenario():
         print('  ' + line)
 
 
+def report_split(split, rows, oom_rows, tables=True):
+    """Buffer and OOM tables (``tables``), summary and ``accuracy:`` lines of one split."""
+    errors = {'planned': [], 'naive': []}
+    if tables:
+        print('%-34s %-6s %-8s %10s | %10s %8s | %10s %8s' % (
+            'entry', 'device', 'buffer', 'logged', 'planned', 'err', 'naive', 'err'))
+    for label, dev, quantity, logged, ours, naive in rows:
+        e_ours, e_naive = pct(ours, logged), pct(naive, logged)
+        errors['planned'].append(abs(e_ours))
+        errors['naive'].append(abs(e_naive))
+        if tables:
+            print('%-34s %-6s %-8s %10.1f | %10.1f %8s | %10.1f %8s' % (
+                label[:34], dev, quantity, logged, ours, fmt_pct(e_ours), naive, fmt_pct(e_naive)))
+    if tables:
+        print('OOM vs predicted (planned: plan infeasible at the entry\'s settings; physical: '
+              'resident > total, no reserve; naive: weights + KV + 250 MiB > total)')
+        header = ('entry', 'logged OOM', 'planned infeas.', 'physical OOM', 'naive OOM', 'note')
+        print('%-34s %-10s %-16s %-16s %-14s %s' % header)
+    agree = {'planned': 0, 'physical': 0, 'naive': 0}
+    for label, oom, planned, physical, naive, note in oom_rows:
+        agree['planned'] += planned == oom
+        agree['physical'] += physical == oom
+        agree['naive'] += naive == oom
+        if tables:
+            print('%-34s %-10s %-16s %-16s %-14s %s' % (label[:34], oom, planned, physical, naive, note))
+    n = len(rows)
+    if n:
+        print('Summary over %d logged buffers: mean |error| planned %.1f%%, naive %.1f%% '
+              '(ratio naive/planned %.1f)' % (
+                  n, sum(errors['planned']) / n, sum(errors['naive']) / n,
+                  (sum(errors['naive']) / max(1e-9, sum(errors['planned'])))))
+    if oom_rows:
+        print('OOM agreement over %d entries: planned %d, physical %d, naive %d' % (
+            len(oom_rows), agree['planned'], agree['physical'], agree['naive']))
+    within = sum(1 for e in errors['planned'] if e <= BUFFER_TOLERANCE_PCT)
+    print(splits.verdict_line(split, 'buffers within %.0f %% of the log on' % BUFFER_TOLERANCE_PCT,
+                              within, n, 'rows', BUFFER_TARGET_FRACTION))
+    print(splits.verdict_line(split, 'OOM predicted == logged on', agree['planned'], len(oom_rows),
+                              'entries', OOM_TARGET_FRACTION))
+
+
 def main():
     if not os.path.exists(VALIDATION):
         print('validation file not found: %s; nothing to compare' % VALIDATION)
@@ -257,44 +300,25 @@ def main():
         return 0
     with open(VALIDATION) as handle:
         entries = json.load(handle)['entries']
-    rows, oom_rows, skipped = run_entries(entries)
+    sources = splits.fitted_source_rows(splits.LLAMACPP_MODULES)
+    rows, oom_rows, skipped, split_of = run_entries(entries, sources)
     print('llama-box / llama.cpp planner vs public load logs (%s), MiB per device' % VALIDATION)
-    print('%-34s %-6s %-8s %10s | %10s %8s | %10s %8s' % (
-        'entry', 'device', 'buffer', 'logged', 'planned', 'err', 'naive', 'err'))
-    errors = {'planned': [], 'naive': []}
-    for label, dev, quantity, logged, ours, naive in rows:
-        e_ours, e_naive = pct(ours, logged), pct(naive, logged)
-        errors['planned'].append(abs(e_ours))
-        errors['naive'].append(abs(e_naive))
-        print('%-34s %-6s %-8s %10.1f | %10.1f %8s | %10.1f %8s' % (
-            label[:34], dev, quantity, logged, ours, fmt_pct(e_ours), naive, fmt_pct(e_naive)))
-    print('\nOOM vs predicted (planned: plan infeasible at the entry\'s settings; physical: '
-          'resident > total, no reserve; naive: weights + KV + 250 MiB > total)')
-    header = ('entry', 'logged OOM', 'planned infeas.', 'physical OOM', 'naive OOM', 'note')
-    print('%-34s %-10s %-16s %-16s %-14s %s' % header)
-    agree = {'planned': 0, 'physical': 0, 'naive': 0}
-    for label, oom, planned, physical, naive, note in oom_rows:
-        agree['planned'] += planned == oom
-        agree['physical'] += physical == oom
-        agree['naive'] += naive == oom
-        print('%-34s %-10s %-16s %-16s %-14s %s' % (label[:34], oom, planned, physical, naive, note))
-    print('\nSkipped entries:')
+    print('splits: a "fit" entry gave a fitted constant (each constant\'s *_SOURCE_ROWS) or an '
+          'input from its own answer: in-sample. A "held_out" entry gave nothing '
+          '(docs/data-sources.md). Targets are the same for every split.')
+    for problem in splits.consistency_problems(entries, sources):
+        print('split problem (tests/unit/test_validation_split.py fails on it): ' + problem)
+    for split in splits.SPLITS + (splits.TOTAL,):
+        labels = [label for label, (where, _why) in split_of.items() if split in (splits.TOTAL, where)]
+        print('\n== %s: %d entries' % (splits.TITLES[split], len(labels)))
+        if split != splits.TOTAL:
+            for label in labels:
+                print('  %s: %s' % (label, split_of[label][1]))
+        report_split(split, [r for r in rows if r[0] in labels], [r for r in oom_rows if r[0] in labels],
+                     tables=split != splits.TOTAL)
+    print('\nSkipped entries (not rebuilt, in no score):')
     for label, reason in skipped:
-        print('  %s: %s' % (label, reason))
-    n = len(rows)
-    if n:
-        print('\nSummary over %d logged buffers: mean |error| planned %.1f%%, naive %.1f%% '
-              '(ratio naive/planned %.1f)' % (
-                  n, sum(errors['planned']) / n, sum(errors['naive']) / n,
-                  (sum(errors['naive']) / max(1e-9, sum(errors['planned'])))))
-    if oom_rows:
-        print('OOM agreement over %d entries: planned %d, physical %d, naive %d' % (
-            len(oom_rows), agree['planned'], agree['physical'], agree['naive']))
-    within = sum(1 for e in errors['planned'] if e <= BUFFER_TOLERANCE_PCT)
-    print(verdict_line('buffers within %.0f %% of the log on' % BUFFER_TOLERANCE_PCT, within, n,
-                       'rows', BUFFER_TARGET_FRACTION))
-    print(verdict_line('OOM predicted == logged on', agree['planned'], len(oom_rows), 'entries',
-                       OOM_TARGET_FRACTION))
+        print('  %s [%s]: %s' % (label, split_of[label][0], reason))
     report_scenario()
     return 0
 

@@ -13,6 +13,11 @@ deployment feasible vs what happened. A naive baseline (util x total - weights, 
 weights-only estimate gives) is scored the same way. The ``accuracy:`` lines state each target
 and whether the planner meets it (PASS/FAIL); the exit status is 0 either way.
 
+Every row is scored in its split (benchmarks/_splits.py): "fit" rows gave a fitted constant of
+the planner (the constant's ``*_SOURCE_ROWS``) or an input from their own answer (a util rebuilt
+from the row's own terms), so they are in-sample; "held_out" rows gave nothing. The table,
+summary and ``accuracy:`` lines come once per split and once for all rows, with the same targets.
+
 The GPU total fed to the planner is what gpu_facts reports in the fleet: the NVML total of
 the card class (cuda_total.CARD_GAPS), not the CUDA total the log prints (kept as a column).
 The planner turns it into the CUDA-visible total itself. The "old" KV column is the same plan
@@ -35,6 +40,7 @@ import sys
 
 # First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
 from _setup import ROOT
+import _splits as splits
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
@@ -127,83 +133,119 @@ def within(pred_bytes, logged_gib):
     return abs(err) <= max(KV_TOLERANCE_BYTES, KV_TOLERANCE_FRACTION * abs(logged_gib * GiB)), err
 
 
-def verdict_line(what, hits, count, unit, target):
-    """``accuracy: <what> h/n <unit> (p %; target >= t %): PASS|FAIL``; no rows is FAIL."""
-    share = float(hits) / count if count else 0.0
-    return 'accuracy: %s %d/%d %s (%.0f %%; target >= %.0f %%): %s' % (
-        what, hits, count, unit, 100.0 * share, 100.0 * target, 'PASS' if count and share >= target else 'FAIL')
+def score(entries, sources):
+    """One record per run: the plan, the old plan, the naive figures and the run's split
+    (a run the notes add inherits its row's id and split)."""
+    records = []
+    for entry in runs(entries):
+        spec, plan, util, util_source, version_text, naive_kv, naive_fits = plan_entry(entry)
+        split, why = splits.row_split(entry, sources)
+        if util_source == 'from logged terms' and split != splits.FIT:
+            # util rebuilt from the row's own KV: its answer fed its input
+            split, why = splits.FIT, 'util from its own logged terms'
+        old_plan = plan_entry(entry, old=True)[1]
+        records.append(dict(entry=entry, spec=spec, plan=plan, util=util, util_source=util_source,
+                            version_text=version_text, naive_kv=naive_kv, naive_fits=naive_fits,
+                            kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
+                            kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
+                            started=entry['startup_outcome'] == 'started', split=split, why=why))
+    return records
 
 
-def main():
-    with open(DATA) as handle:
-        entries = json.load(handle)['entries']
-    print('vLLM planner vs logged startups (%s); GiB per GPU; pred = kvpin plan, log = vLLM log, '
-          'naive = util x total - weights' % os.path.relpath(DATA, ROOT))
-    print('totals: NVML = what gpu_facts reports (the input), CUDA est = the planner\'s CUDA-visible '
-          'total, CUDA log = total_gpu_memory in the log; KV old = the plan fed the NVML total as CUDA\'s')
-    header = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
-              % ('model', 'version', 'TP', 'util', 'len', 'NVML', 'CUDA est', 'CUDA log', 'W pred', 'W log',
-                 'A pred', 'A log', 'G pred', 'G log', 'KV pred', 'KV old', 'KV log', 'err', 'naive',
-                 'plan', 'naive', 'logged'))
-    print(header)
-    print('-' * len(header))
+HEADER = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
+          % ('model', 'version', 'TP', 'util', 'len', 'NVML', 'CUDA est', 'CUDA log', 'W pred', 'W log',
+             'A pred', 'A log', 'G pred', 'G log', 'KV pred', 'KV old', 'KV log', 'err', 'naive',
+             'plan', 'naive', 'logged'))
+
+
+def print_table(records):
+    print(HEADER)
+    print('-' * len(HEADER))
+    for r in records:
+        entry, spec, plan = r['entry'], r['spec'], r['plan']
+        mem = plan.memory[0]
+        err_text = '      -'
+        if entry['kv_cache_gib'] is not None:
+            err_text = '%+7.2f' % ((r['kv_pred'] - entry['kv_cache_gib'] * GiB) / GiB)
+        print('%-32s %-8s %2d %4.2f %5d | %s %s %s | %s %s | %s %s | %s %s | %s %s %s %s %s | %-5s %-5s %-7s' % (
+            spec.name.split('/')[-1][:32], r['version_text'] + ('' if entry['vllm_version'] else '*'),
+            entry['tensor_parallel_size'], r['util'], entry['max_model_len'], _g(mem.terms['nvml_total']),
+            _g(mem.total), _l(entry['gpu_total_gib']), _g(mem.weights),
+            _l(entry['weights_gib']), _g(mem.activation), _l(entry['peak_activation_gib']),
+            _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(r['kv_pred']), _g(r['kv_old']),
+            _l(entry['kv_cache_gib']), err_text, _g(r['naive_kv']),
+            'fits' if plan.feasible else 'NO', 'fits' if r['naive_fits'] else 'NO',
+            'started' if r['started'] else 'FAILED'))
+        print('    %s: %s%s' % (entry['id'], r['why'], '' if r['util_source'] == 'logged' else
+                                '; util %.2f %s' % (r['util'], r['util_source'])))
+
+
+def summarise(records, split):
+    """The summary and the ``accuracy:`` lines of one split (or of all rows)."""
     scored = planner_ok = naive_ok = 0
     over_new = over_old = 0
     worst_new = worst_old = 0
-    outcome_ok = naive_outcome_ok = outcomes = 0
+    outcome_ok = naive_outcome_ok = 0
     misses = []
-    for entry in runs(entries):
-        spec, plan, util, util_source, version_text, naive_kv, naive_fits = plan_entry(entry)
-        old_plan = plan_entry(entry, old=True)[1]
-        mem = plan.memory[0]
-        kv_pred = min(m.terms['kv_budget'] for m in plan.memory)
-        kv_old = min(m.terms['kv_budget'] for m in old_plan.memory)
-        started = entry['startup_outcome'] == 'started'
-        err_text = '      -'
+    for r in records:
+        entry = r['entry']
         if entry['kv_cache_gib'] is not None:
+            logged = entry['kv_cache_gib'] * GiB
             scored += 1
-            ok, err = within(kv_pred, entry['kv_cache_gib'])
-            nok, _unused = within(naive_kv, entry['kv_cache_gib'])
+            ok, err = within(r['kv_pred'], entry['kv_cache_gib'])
             planner_ok += ok
-            naive_ok += nok
-            err_text = '%+7.2f' % (err / GiB)
-            over_new += kv_pred > entry['kv_cache_gib'] * GiB
-            over_old += kv_old > entry['kv_cache_gib'] * GiB
-            worst_new = max(worst_new, kv_pred - entry['kv_cache_gib'] * GiB)
-            worst_old = max(worst_old, kv_old - entry['kv_cache_gib'] * GiB)
+            naive_ok += within(r['naive_kv'], entry['kv_cache_gib'])[0]
+            over_new += r['kv_pred'] > logged
+            over_old += r['kv_old'] > logged
+            worst_new = max(worst_new, r['kv_pred'] - logged)
+            worst_old = max(worst_old, r['kv_old'] - logged)
             if not ok:
                 misses.append('%s TP%d: KV off by %+.2f GiB (weights pred %.2f vs log %s)' % (
-                    spec.name, entry['tensor_parallel_size'], err / GiB, mem.weights / GiB,
-                    entry['weights_gib']))
-        outcomes += 1
-        outcome_ok += plan.feasible == started
-        naive_outcome_ok += naive_fits == started
-        print('%-32s %-8s %2d %4.2f %5d | %s %s %s | %s %s | %s %s | %s %s | %s %s %s %s %s | %-5s %-5s %-7s' % (
-            spec.name.split('/')[-1][:32], version_text + ('' if entry['vllm_version'] else '*'),
-            entry['tensor_parallel_size'], util, entry['max_model_len'], _g(mem.terms['nvml_total']),
-            _g(mem.total), _l(entry['gpu_total_gib']), _g(mem.weights),
-            _l(entry['weights_gib']), _g(mem.activation), _l(entry['peak_activation_gib']),
-            _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(kv_pred), _g(kv_old), _l(entry['kv_cache_gib']),
-            err_text, _g(naive_kv),
-            'fits' if plan.feasible else 'NO', 'fits' if naive_fits else 'NO',
-            'started' if started else 'FAILED'))
-        if util_source != 'logged':
-            print('    util %.2f %s' % (util, util_source))
-    print('* version not logged: planned as vLLM %s (see module docstring)' % ASSUMED_VERSION)
-    print('G = CUDA graph pool (outside the budget in this era, so it does not move KV); logged '
-          'values are the memory change during capture and go negative when capture frees memory')
-    print()
-    print('KV within 10 %% or 0.5 GiB : planner %d/%d (%.0f %%), naive %d/%d (%.0f %%)' % (
-        planner_ok, scored, 100.0 * planner_ok / scored, naive_ok, scored, 100.0 * naive_ok / scored))
+                    r['spec'].name, entry['tensor_parallel_size'], err / GiB,
+                    r['plan'].memory[0].weights / GiB, entry['weights_gib']))
+        outcome_ok += r['plan'].feasible == r['started']
+        naive_outcome_ok += r['naive_fits'] == r['started']
+    outcomes = len(records)
+    print('KV within 10 %% or 0.5 GiB : planner %s, naive %s' % (
+        splits.share_text(planner_ok, scored), splits.share_text(naive_ok, scored)))
     print('feasible == what happened : planner %d/%d, naive %d/%d' % (
         outcome_ok, outcomes, naive_outcome_ok, outcomes))
-    print(verdict_line('KV within max(0.5 GiB, 10 %) on', planner_ok, scored, 'rows', KV_TARGET_FRACTION))
-    print(verdict_line('feasible == what happened on', outcome_ok, outcomes, 'runs', OUTCOME_TARGET_FRACTION))
+    print(splits.verdict_line(split, 'KV within max(0.5 GiB, 10 %) on', planner_ok, scored, 'rows',
+                              KV_TARGET_FRACTION))
+    print(splits.verdict_line(split, 'feasible == what happened on', outcome_ok, outcomes, 'runs',
+                              OUTCOME_TARGET_FRACTION))
     print('KV over-predicted (pred > logged, the unsafe side): from gpu_facts\' NVML total via the '
           'CUDA-visible total %d/%d (worst %+.2f GiB); NVML total taken as CUDA\'s (old) %d/%d '
           '(worst %+.2f GiB)' % (over_new, scored, worst_new / GiB, over_old, scored, worst_old / GiB))
     for line in misses:
         print('  miss: ' + line)
+
+
+def main():
+    with open(DATA) as handle:
+        entries = json.load(handle)['entries']
+    sources = splits.fitted_source_rows(splits.VLLM_MODULES)
+    records = score(entries, sources)
+    print('vLLM planner vs logged startups (%s); GiB per GPU; pred = kvpin plan, log = vLLM log, '
+          'naive = util x total - weights' % os.path.relpath(DATA, ROOT))
+    print('totals: NVML = what gpu_facts reports (the input), CUDA est = the planner\'s CUDA-visible '
+          'total, CUDA log = total_gpu_memory in the log; KV old = the plan fed the NVML total as CUDA\'s')
+    print('splits: a "fit" row gave a fitted constant (named under the row; each constant\'s '
+          '*_SOURCE_ROWS) or an input from its own answer: in-sample. A "held_out" row gave '
+          'nothing (docs/data-sources.md). Targets are the same for every split.')
+    for problem in splits.consistency_problems(entries, sources):
+        print('split problem (tests/unit/test_validation_split.py fails on it): ' + problem)
+    for split in splits.SPLITS + (splits.TOTAL,):
+        chosen = [r for r in records if split in (splits.TOTAL, r['split'])]
+        print()
+        print('== %s: %d runs' % (splits.TITLES[split], len(chosen)))
+        if split != splits.TOTAL:
+            print_table(chosen)
+        summarise(chosen, split)
+    print()
+    print('* version not logged: planned as vLLM %s (see module docstring)' % ASSUMED_VERSION)
+    print('G = CUDA graph pool (outside the budget in this era, so it does not move KV); logged '
+          'values are the memory change during capture and go negative when capture frees memory')
     mistral_per_logit = (2.12 * GiB - 1.36 * 8192 * 5120 * 2) / (1024 * 131072)
     print('  outlier: Mistral-Small-3.2 (multimodal, 0.11.0) logs 2.12 GiB activation; the fit gives '
           '~4.9 GiB. 2.12 GiB = 1024 x 131072 x %.1f B + hidden states, i.e. fp32 logits + probs '

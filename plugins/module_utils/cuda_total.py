@@ -71,13 +71,16 @@ class CardGap:
     ``tokens``: lower-case words that must all appear in the NVML name (split at spaces
     and dashes); ``nvml_total_mib``: the nvidia-smi ``memory.total`` of the class (ECC
     off); ``gap_bytes``: NVML total - CUDA total, the largest seen (or derived, see
-    ``derived``); ``source``: URLs and the quoted log lines."""
+    ``derived``); ``source``: URLs and the quoted log lines; ``source_rows``: the ids of
+    the benchmarks/data rows whose logged total the gap was read from (those rows are then
+    "fit", not held-out, in the accuracy benchmarks)."""
     card: str
     tokens: tuple
     nvml_total_mib: int
     gap_bytes: int
     derived: bool
     source: str
+    source_rows: tuple = ()
 
 
 # RTX 3090: the largest sourced 24 GB-class gap; the derived rows below are built on it.
@@ -132,7 +135,8 @@ CARD_GAPS = (
         '(https://github.com/vllm-project/vllm/issues/55169; "H100: 81559MiB", '
         'https://github.com/modal-labs/modal-client/pull/2797); vLLM on H100 80GB: "Free memory on '
         'device: 78.57/79.18 GiB on startup" (https://github.com/llm-d/llm-d-benchmark/blob/'
-        '4f4d44943c39b76b28e30dfa1fb0dfaf1ee894b5/config_explorer/empirical-vllm-memory-results.md)'),
+        '4f4d44943c39b76b28e30dfa1fb0dfaf1ee894b5/config_explorer/empirical-vllm-memory-results.md)',
+        ('llmd-h100-gpt-oss-20b-tp1', 'llmd-h100-llama-3.1-8b-tp1')),
     CardGap(
         'L40S', ('l40s',), 46068, _gap_from_log(46068, 4442), False,
         'nvidia-smi "L40S: 46068MiB" (https://github.com/modal-labs/modal-client/pull/2797); torch on '
@@ -154,6 +158,11 @@ CARD_GAPS = (
         '(https://github.com/modal-labs/modal-client/pull/2797); gap = the RTX 3090 gap rounded up '
         'to 512 MiB'),
 )
+
+# CARD_GAPS rows read from benchmarks/data rows -> those rows' ids (bench_accuracy_vllm.py
+# scores them as the "fit" split; docs/data-sources.md).
+FITTED_SOURCE_ROWS = dict(('cuda_total.CARD_GAPS[%s]' % row.card, row.source_rows)
+                          for row in CARD_GAPS if row.source_rows)
 
 
 @dataclass(frozen=True)

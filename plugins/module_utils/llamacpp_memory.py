@@ -69,6 +69,10 @@ HIDDEN_LIVE_AT_ATTENTION = 4
 # At FFN time: residual + ffn_norm output; at output time: residual + output_norm output.
 HIDDEN_LIVE_AT_FFN = 2
 HIDDEN_LIVE_AT_OUTPUT = 2
+# The live-tensor counts above were fitted on the compute buffers of these rows of
+# benchmarks/data/llamacpp_public.json (llama.cpp#8035 CUDA0 1108.5 MiB; #17715 398 / 2210 MiB).
+COMPUTE_BUFFER_SOURCE_ROWS = ('llamacpp-8035-70b-4060ti-3060', 'llamacpp-17715-gpt-oss-20b-fa1',
+                              'llamacpp-17715-gpt-oss-20b-fa0')
 
 # GGML types that ggml-cuda multiplies with MMQ (quantized kernels, no F16 dequant) on GPUs
 # with int8 tensor cores, compute capability >= 7.5 (ggml_cuda_should_use_mmq, mmq.cu:
@@ -80,6 +84,15 @@ MMQ_TYPES = frozenset(('Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'MXFP4', 'Q2_K', 
 MMQ_MIN_COMPUTE_CAPABILITY = (7, 5)
 UNQUANTIZED_TYPES = frozenset(('F32', 'F16', 'BF16'))
 Q8_1_BLOCK = (32, 36)     # MMQ quantizes the activations to ggml block_q8_1: 32 int8 + half2
+
+# Fitted constant -> the benchmarks/data/llamacpp_public.json rows ("id"s) it was read from
+# (the one place for it: bench_accuracy_llamacpp.py scores them as the "fit" split,
+# tests/unit/test_validation_split.py checks the data file against it).
+FITTED_SOURCE_ROWS = {
+    'llamacpp_memory.HIDDEN_LIVE_AT_ATTENTION': COMPUTE_BUFFER_SOURCE_ROWS,
+    'llamacpp_memory.HIDDEN_LIVE_AT_FFN': COMPUTE_BUFFER_SOURCE_ROWS,
+    'llamacpp_memory.HIDDEN_LIVE_AT_OUTPUT': COMPUTE_BUFFER_SOURCE_ROWS,
+}
 
 # (values per block, bytes per block): GGML_QUANT_SIZES of gguf-py, used when the gguf
 # package is not installed. test_llamacpp_memory checks this table against gguf's.

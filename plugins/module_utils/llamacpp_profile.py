@@ -47,6 +47,10 @@ FLASH_ATTN_TRISTATE_FROM_BUILD = 6327
 OUTPUT_FIRST_LAST_BUILD_WITHOUT = 7347
 OUTPUT_FIRST_FIRST_BUILD_WITH = 7710
 KV_PAD_ALWAYS_256_FROM_BUILD = 7250
+# The 256 rule was read off the KV buffers of the two llama.cpp#17715 rows of
+# benchmarks/data/llamacpp_public.json (402 MiB with -fa 0 and -fa 1; docstring above).
+KV_PAD_SOURCE_ROWS = ('llamacpp-17715-gpt-oss-20b-fa1', 'llamacpp-17715-gpt-oss-20b-fa0')
+FITTED_SOURCE_ROWS = {'llamacpp_profile.KV_PAD_ALWAYS_256_FROM_BUILD': KV_PAD_SOURCE_ROWS}
 
 # llama-box versions whose pinned llama.cpp was read: all of them use the
 # L-2025 rules (the project is unmaintained since 2025-11; GPUStack 0.7.1 shipped v0.0.171).

@@ -303,6 +303,11 @@ def accounting(version):
 # checkpoint stores them. Fitted on two log lines only (gpt-oss-20b 13.47 GiB and
 # gpt-oss-120b 64.38 GiB loaded on H100, llm-d results); both land within 0.5 %.
 MXFP4_EXPERT_PAD_MULTIPLE = 256
+MXFP4_PAD_SOURCE_ROWS = ('llmd-h100-gpt-oss-20b-tp1', 'llmd-h100-gpt-oss-120b-tp1')
+
+# Fitted constant -> the benchmarks/data/vllm_public.json rows ("id"s) it was read from
+# (bench_accuracy_vllm.py scores them as the "fit" split; docs/data-sources.md).
+FITTED_SOURCE_ROWS = {'vllm_profile.MXFP4_EXPERT_PAD_MULTIPLE': MXFP4_PAD_SOURCE_ROWS}
 
 
 def mxfp4_expert_padding(expert_bytes, expert_width):
