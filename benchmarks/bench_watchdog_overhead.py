@@ -28,12 +28,15 @@ auto, actuator gpustack in dry run, so a recycle decision is logged, never execu
     a notify socket per watchdog, drained by the parent as systemd would.
 The fake API and engines run in processes of their own, so their CPU is not counted.
 
+Default hours: 24 (cgroup), 3 (node, after its untimed warm-up + window fill); about 35-60 s
+in all on 2 busy cores. --hours sets both.
 CPU per tick (the process's own, plus any child it ran) is scaled to one hour at the
-configured interval. Own memory = VmHWM of the watchdog process. Baseline = the same
+configured interval. Own memory = VmHWM of the watchdog process (it includes this harness's
+own imports, about 1 MB, so it errs high). Baseline = the same
 measurements for a child that only starts Python, in the same run.
 Targets (issue 10): < 0.1 % of one core, < 30 MB per watchdog. Prints tables; no asserts.
 
-Run: .venv/bin/python benchmarks/bench_watchdog_overhead.py [--hours 24] [--mode node]
+Run: .venv/bin/python benchmarks/bench_watchdog_overhead.py [--hours H] [--mode node]
      [--watchdogs 4] [--api-version v2|v1] [--engine-runtime native|container]
 (--engine-runtime container: the daemon runs `<runtime> inspect` per tick to find the
 instance's container; with no such container it falls back to the engine pid's cgroup, so
@@ -571,9 +574,10 @@ def main(argv=None):
         print_cgroup(run_child(["--child", str(int(hours * 3600 / interval)), str(interval)]), base, wd,
                      interval, hours)
     if mode in ("node", "both"):
-        # Default 6 h: four watchdogs (each also filling warm-up + window first), the fake API
-        # and four engines share CI's 2 cores; the figure is per tick, so hours only add samples.
-        hours = float(_flag(argv, "--hours", "6"))
+        # Default 3 h: four watchdogs (each also filling warm-up + window first, 241 ticks), the
+        # fake API and four engines share CI's 2 cores; the figure is per tick, so more hours
+        # only add samples (36 full-window evaluations per watchdog at 3 h).
+        hours = float(_flag(argv, "--hours", "3"))
         node = run_node(watchdogs, int(hours * 3600 / interval), api_version, runtime)
         print_node(node, base, interval, hours, runtime)
     return 0
