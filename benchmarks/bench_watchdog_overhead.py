@@ -349,7 +349,8 @@ def deployment_child(config_path: str, ticks: int) -> dict:
     return {"tick_cpu": tick_cpu, "feed_cpu": feed_cpu, "feeds_per_tick": feeds, "ticks": ticks,
             "children_cpu": (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime),
             "wall_per_tick": wall / max(1, ticks), "warmup_ticks": restarts,
-            "memory_range": [min(seen), max(seen)] if seen else None, "hwm_kib": vm_hwm_kib(), "no_reading": no_reading,
+            "memory_range": [min(seen), max(seen)] if seen else None, "hwm_kib": vm_hwm_kib(),
+            "no_reading": no_reading,
             "actions": actions, "phase": decision.phase if decision else None,
             "window_points": decision.window_points if decision else 0,
             "memory_bytes": decision.memory_bytes if decision else None,
@@ -518,6 +519,9 @@ def print_node(node: dict, base: dict, interval: float, hours: float, runtime: s
         problems = []
         if r["no_reading"]:
             problems.append("%d timed ticks without a memory reading (%s)" % (r["no_reading"], r["memory_source"]))
+        if r["warmup_ticks"]:
+            problems.append("%d timed ticks in a warm-up (a restart was detected: evaluations were not full "
+                            "size; memory range %s bytes)" % (r["warmup_ticks"], r["memory_range"]))
         if r["ttft_p95"] is None:
             problems.append("no TTFT p95 (%s)" % r["latency_status"])
         if r["notified"] == 0:
