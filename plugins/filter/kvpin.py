@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     NodeStateInputError,
     compare,
@@ -37,6 +38,14 @@ def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
         return system_reserved(plans, ram_gib, vram_min_gib)
     except SystemReservedError as exc:
         raise AnsibleFilterError('kvpin_system_reserved: %s' % exc)
+
+
+def kvpin_file_checks(table):
+    """node_state ``files`` entries for a role's table of managed files (content -> sha1)."""
+    try:
+        return file_checks(table)
+    except ManagedFileError as exc:
+        raise AnsibleFilterError('kvpin_file_checks: %s' % exc)
 
 
 def kvpin_node_drift(observed, checks):
@@ -103,6 +112,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            'kvpin_file_checks': kvpin_file_checks,
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
