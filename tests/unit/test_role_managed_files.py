@@ -274,3 +274,84 @@ def test_a_content_the_tasks_do_not_write_is_caught(tmp_path):
           'content: "{{ _serving_watchdog_file_tmpfiles.content }}# edited\\n"')
     problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
     assert len(problems) == 1 and problems[0].startswith('/etc/tmpfiles.d/kvpin-watchdog.conf: content declared sha1')
+
+
+STALE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The role's declared state
+      ansible.builtin.include_role:
+        name: serving_watchdog
+        tasks_from: desired_state.yml
+    - name: What removing these targets would stop and delete
+      ansible.builtin.include_role:
+        name: serving_watchdog
+        tasks_from: record_stale.yml
+    - name: Keep both
+      ansible.builtin.copy:
+        content: "{{{{ {{'desired': serving_watchdog_desired_state, 'stopped': _stopped, 'removed': _removed, 'started': _started, 'restarted': _restarted}} | to_json }}}}"
+        dest: "{out}/result.json"
+        mode: "0600"
+"""
+
+
+def test_a_removed_target_takes_every_file_and_unit_it_was_declared_with(tmp_path):
+    """configure.yml's stale-target tasks, run for the names of the current targets (as if they
+    had left the inventory): they must stop exactly the units and delete every per-target file
+    the declared state names for them (plus the program's metrics file). The start task and
+    the restart handler name the same units (one place makes the unit name)."""
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip('ansible-playbook not in .venv')
+    role_dir = role_copy(tmp_path, 'serving_watchdog')
+    with open(str(role_dir / 'tasks' / 'configure.yml'), encoding='utf-8') as handle:
+        tasks = {task['name']: task for task in yaml.safe_load(handle)}
+    names = [target['name'] for target in ROLES['serving_watchdog']['vars']['serving_watchdog_targets']]
+    recorders = []
+    for task_name, module, arg, fact in (
+            ('Stop and disable the watchdogs of removed targets', 'ansible.builtin.systemd_service', 'name', '_stopped'),
+            ('Remove the units, configs, key files, polkit rules and metrics of removed targets',
+             'ansible.builtin.file', 'path', '_removed')):
+        task = dict(tasks[task_name])
+        value = task.pop(module)[arg]
+        task.pop('register', None)
+        task.pop('failed_when', None)
+        task['vars'] = dict(task.get('vars') or {}, _serving_watchdog_stale_names=names, _rec=value)
+        task['ansible.builtin.set_fact'] = {fact: '{{ (%s | default([])) + [_rec] }}' % fact}
+        recorders.append(task)
+    # The start task and the restart handler, for the current targets: the same unit names.
+    with open(str(role_dir / 'tasks' / 'run.yml'), encoding='utf-8') as handle:
+        [start] = [t for t in yaml.safe_load(handle) if 'ansible.builtin.systemd_service' in t]
+    with open(str(role_dir / 'handlers' / 'main.yml'), encoding='utf-8') as handle:
+        [restart] = yaml.safe_load(handle)
+    unit_results = {'results': [{'serving_watchdog_target': {'name': name}, 'changed': True} for name in names]}
+    for task, fact in ((start, '_started'), (restart, '_restarted')):
+        task = dict(task)
+        value = task.pop('ansible.builtin.systemd_service')['name']
+        task.pop('listen', None)
+        task['vars'] = dict(task.get('vars') or {}, _serving_watchdog_units=unit_results, _rec=value)
+        task['ansible.builtin.set_fact'] = {fact: '{{ (%s | default([])) + [_rec] }}' % fact}
+        recorders.append(task)
+    (role_dir / 'tasks' / 'record_stale.yml').write_text(yaml.safe_dump(recorders, sort_keys=False))
+    play = tmp_path / 'play.yml'
+    play.write_text(STALE_PLAY.format(out=tmp_path))
+    extra = tmp_path / 'extra.json'
+    extra.write_text(json.dumps(ROLES['serving_watchdog']['vars']))
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_ROLES_PATH=str(tmp_path / 'roles'))
+    proc = subprocess.run([PLAYBOOK, '-i', 'localhost,', '-c', 'local', '-e', '@%s' % extra, str(play)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / 'result.json').read_text())
+    desired = result['desired']
+    units = sorted(unit['name'] for unit in desired['units'])
+    assert units == ['kvpin-watchdog-gpustack.service', 'kvpin-watchdog-llama-3.1-8b.service']
+    assert sorted(result['stopped']) == sorted(result['started']) == sorted(result['restarted']) == units
+    node_level = ('/usr/local/lib/kvpin', '/usr/local/lib/kvpin/kvpin_watchdog.py', '/var/lib/prometheus/node-exporter',
+                  '/etc/tmpfiles.d/kvpin-watchdog.conf', '/run/kvpin-watchdog', '/etc/kvpin-watchdog')
+    per_target = {spec['path'] for spec in desired['files'] if spec['path'] not in node_level}
+    assert len(per_target) == 6      # two configs, two units, one polkit rule, one key file
+    removed = set(result['removed'])
+    assert per_target <= removed, sorted(per_target - removed)
+    assert removed - per_target == {'/var/lib/prometheus/node-exporter/kvpin_watchdog_%s.prom' % name for name in names} | {
+        '/etc/kvpin-watchdog/gpustack.token', '/etc/polkit-1/rules.d/60-kvpin-watchdog-llama-3.1-8b.rules'}
