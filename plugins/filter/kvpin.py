@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_summary import GpuSummaryError, gpu_summary
 from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     NodeStateInputError,
@@ -46,6 +47,14 @@ def kvpin_file_checks(table):
         return file_checks(table)
     except ManagedFileError as exc:
         raise AnsibleFilterError('kvpin_file_checks: %s' % exc)
+
+
+def kvpin_gpu_summary(gpus_fact, host, deployment_count=0):
+    """site.yml's one-line report of a node's GPUs (module_utils/gpu_summary.py)."""
+    try:
+        return gpu_summary(gpus_fact, host, deployment_count)
+    except GpuSummaryError as exc:
+        raise AnsibleFilterError('kvpin_gpu_summary: %s' % exc)
 
 
 def kvpin_node_drift(observed, checks):
@@ -113,6 +122,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'kvpin_file_checks': kvpin_file_checks,
+            'kvpin_gpu_summary': kvpin_gpu_summary,
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
