@@ -290,7 +290,9 @@ STALE_PLAY = """
         tasks_from: record_stale.yml
     - name: Keep both
       ansible.builtin.copy:
-        content: "{{{{ {{'desired': serving_watchdog_desired_state, 'stopped': _stopped, 'removed': _removed, 'started': _started, 'restarted': _restarted}} | to_json }}}}"
+        content: >-
+          {{{{ {{'desired': serving_watchdog_desired_state, 'stopped': _stopped, 'removed': _removed,
+                'started': _started, 'restarted': _restarted}} | to_json }}}}
         dest: "{out}/result.json"
         mode: "0600"
 """
