@@ -201,8 +201,8 @@ def disagreements(desired, written):
     written_files = {}
     for rec in (r for r in written if r['kind'] == 'file' and r['state'] != 'absent'):
         if rec['path'] in written_files:
-            problems.append('%s: written by two tasks (%r, %r)' % (rec['path'], written_files[rec['path']]['task'],
-                                                                    rec['task']))
+            problems.append('%s: written by two tasks (%r, %r)'
+                            % (rec['path'], written_files[rec['path']]['task'], rec['task']))
         written_files[rec['path']] = rec
     for path in sorted(set(declared_files) | set(written_files)):
         spec, rec = declared_files.get(path), written_files.get(path)
