@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_summary import GpuSummaryError, gpu_summary
+from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     NodeStateInputError,
     compare,
@@ -37,6 +39,22 @@ def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
         return system_reserved(plans, ram_gib, vram_min_gib)
     except SystemReservedError as exc:
         raise AnsibleFilterError('kvpin_system_reserved: %s' % exc)
+
+
+def kvpin_file_checks(table):
+    """node_state ``files`` entries for a role's table of managed files (content -> sha1)."""
+    try:
+        return file_checks(table)
+    except ManagedFileError as exc:
+        raise AnsibleFilterError('kvpin_file_checks: %s' % exc)
+
+
+def kvpin_gpu_summary(gpus_fact, host, deployment_count=0):
+    """site.yml's one-line report of a node's GPUs (module_utils/gpu_summary.py)."""
+    try:
+        return gpu_summary(gpus_fact, host, deployment_count)
+    except GpuSummaryError as exc:
+        raise AnsibleFilterError('kvpin_gpu_summary: %s' % exc)
 
 
 def kvpin_node_drift(observed, checks):
@@ -103,6 +121,8 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            'kvpin_file_checks': kvpin_file_checks,
+            'kvpin_gpu_summary': kvpin_gpu_summary,
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
