@@ -163,12 +163,26 @@ has_layout() {
     [[ "$(podman container inspect --format '{{index .Config.Labels "kvpin.lab.layout"}}' "$(container "$1")" 2>/dev/null)" == "$LAYOUT" ]]
 }
 
+# podman rm -f races with a container that exits between SIGTERM and SIGKILL ("could not be
+# stopped ... container state improper: stopped"): the container is stopped by then, so a second
+# rm removes it. Give up (and fail) only when it is still there after a few tries.
+remove_container() {
+    local name tries
+    name="$(container "$1")"
+    for tries in 1 2 3 4 5; do
+        podman rm -f -t 5 "$name" >/dev/null 2>&1 && return 0
+        [[ "$(container_state "$1")" == absent ]] && return 0
+        sleep "$tries"
+    done
+    podman rm -f -t 5 "$name" >/dev/null
+}
+
 start_server() {
     local state url
     server_config
     state="$(container_state "$SERVER")"
     if [[ "$state" != absent ]] && ! has_layout "$SERVER"; then
-        podman rm -f -t 5 "$(container "$SERVER")" >/dev/null; state=absent
+        remove_container "$SERVER"; state=absent
     fi
     case "$state" in
         running) log "$SERVER: already running" ;;
@@ -237,7 +251,7 @@ start_node() {
     state="$(container_state "$node")"
     if [[ "$state" != absent ]] && ! has_layout "$node"; then
         log "$node: made before the GPUStack lab layout: recreating it"
-        podman rm -f -t 5 "$(container "$node")" >/dev/null; state=absent
+        remove_container "$node"; state=absent
     fi
     case "$state" in
         running) log "$node: already running" ;;
@@ -279,13 +293,13 @@ cmd_down() {
     for n in "${nodes[@]}"; do
         known_node "$n"
         if [[ "$(container_state "$n")" != absent ]]; then
-            podman rm -f -t 5 "$(container "$n")" >/dev/null
+            remove_container "$n"
             log "$n: removed"
         fi
     done
     # The server goes with the whole fleet; its secrets stay (the next server gets the same).
     if (($# == 0)) && [[ "$(container_state "$SERVER")" != absent ]]; then
-        podman rm -f -t 5 "$(container "$SERVER")" >/dev/null
+        remove_container "$SERVER"
         rm -f "$GS_STATE/api_key" "$GS_STATE/server_url"
         log "$SERVER: removed"
     fi
