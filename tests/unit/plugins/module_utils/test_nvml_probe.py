@@ -326,3 +326,16 @@ def test_cuda_total_of_the_lab_cards(nvml, monkeypatch):
     for gpu in probe(nvml)['gpus']:
         assert 0 < gpu['memory_total_cuda'] < gpu['memory_total']
         assert gpu['memory_total_cuda_source'].startswith('table:')
+
+
+def test_read_cgroup_reads_a_bounded_membership_and_none_when_absent(tmp_path):
+    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import CGROUP_KEEP, read_cgroup
+    (tmp_path / '77').mkdir()
+    (tmp_path / '77' / 'cgroup').write_text('0::/system.slice/gpustack.service\n')
+    assert read_cgroup(77, str(tmp_path)) == '0::/system.slice/gpustack.service'
+    (tmp_path / '78').mkdir()
+    (tmp_path / '78' / 'cgroup').write_text('12:memory:/docker/abc\n' * 1000)
+    assert len(read_cgroup(78, str(tmp_path))) == CGROUP_KEEP
+    assert read_cgroup(79, str(tmp_path)) is None
+    # This test process is on the host: its own membership is readable through /proc.
+    assert read_cgroup(os.getpid()) is not None
