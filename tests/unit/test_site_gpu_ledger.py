@@ -5,13 +5,13 @@
 
 The probe is the real kvpin.fleet.gpu_facts over the NVML stub (a lab fixture's cards), the
 plans come from playbooks/tasks/plan_deployments.yml (the real serving_plan action), and the
-ledger tasks are taken verbatim from playbooks/site.yml. After them stands a task that changes
-the node (a file written) in place of the worker phase: a pair of deployments that overcommits a
-GPU fails the node in the plan phase and that file is never written; a pair that fits gets there.
+ledger from playbooks/tasks/gpu_ledger.yml, which site.yml imports in its plan phase. After them
+stands a task that changes the node (a file written) in place of the worker phase: a pair of
+deployments that overcommits a GPU fails the node in the plan phase and that file is never
+written; a pair that fits gets there.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
@@ -22,24 +22,19 @@ from local_playbook import REPO_ROOT, run_tasks_on_localhost
 
 SITE = os.path.join(REPO_ROOT, 'playbooks', 'site.yml')
 PLAN_TASKS = os.path.join(REPO_ROOT, 'playbooks', 'tasks', 'plan_deployments.yml')
+LEDGER_TASKS = os.path.join(REPO_ROOT, 'playbooks', 'tasks', 'gpu_ledger.yml')
 FIXTURE = os.path.join(REPO_ROOT, 'tests', 'fixtures', 'nvml', 'lab-a6000x4.json')
 
 
-def _site_play():
+def test_site_runs_the_ledger_in_the_plan_phase_before_the_worker_phase():
     with open(SITE, encoding='utf-8') as handle:
         plays = yaml.safe_load(handle)
-    return next(p for p in plays if 'tasks' in p)
-
-
-def _ledger_tasks():
-    tasks = _site_play()['tasks']
-    picked = [dict(t) for t in tasks if 'kvpin_gpu_ledger' in json.dumps(t) and t['name'].startswith('Plan |')]
-    assert [t['name'] for t in picked] == [
-        'Plan | charge the node\'s deployments together, per GPU',
-        'Plan | refuse an overcommitted GPU before anything on the node changes']
-    for task in picked:
-        task.pop('tags', None)
-    return picked
+    tasks = next(p for p in plays if 'tasks' in p)['tasks']
+    names = [t.get('name', '') for t in tasks]
+    ledger = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/gpu_ledger.yml')
+    plan = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/plan_deployments.yml')
+    assert plan < ledger < names.index('Worker | GPUStack worker config and unit')
+    assert set(tasks[ledger]['tags']) >= {'plan', 'worker', 'watchdog', 'models'}
 
 
 @pytest.fixture(scope='module')
@@ -55,21 +50,17 @@ def deployment(name, util):
             'engine': {'gpu_memory_utilization': util}}
 
 
-def run_plan_phase(tmp_path, stub_library, deployments, monkeypatch):
+def run_plan_phase(tmp_path, stub_library, deployments, monkeypatch, **extra_vars):
     marker = tmp_path / 'node-changed'
     tasks = [
-        {'name': 'Inventory', 'ansible.builtin.set_fact': {
-            'kvpin_deployments': deployments, 'gpustack_worker_system_reserved_vram_min_gib': 1,
-            'gpustack_worker_runtime': 'native'}},
-        {'name': 'Play vars as site.yml sets them', 'ansible.builtin.set_fact': {
-            'kvpin_gpu_ledger_gpustack_cgroups_effective':
-                _site_play()['vars']['kvpin_gpu_ledger_gpustack_cgroups_effective']}},
+        {'name': 'Inventory', 'ansible.builtin.set_fact': dict(
+            kvpin_deployments=deployments, gpustack_worker_runtime='native', **extra_vars)},
         {'name': 'Probe', 'kvpin.fleet.gpu_facts': {'library_path': stub_library}},
         {'name': 'Plan', 'ansible.builtin.include_tasks': PLAN_TASKS},
-    ] + _ledger_tasks() + [
+        {'name': 'Ledger', 'ansible.builtin.include_tasks': LEDGER_TASKS},
+        {'name': 'Ledger report', 'ansible.builtin.debug': {'var': 'kvpin_gpu_ledger.report'}},
         {'name': 'Stand-in for the worker phase: the node changes',
          'ansible.builtin.copy': {'content': 'changed\n', 'dest': str(marker), 'mode': '0600'}},
-        {'name': 'Ledger report', 'ansible.builtin.debug': {'var': 'kvpin_gpu_ledger.report'}},
     ]
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', FIXTURE)
     return run_tasks_on_localhost(tmp_path, tasks), marker
@@ -94,3 +85,12 @@ def test_a_pair_that_fits_passes_to_the_next_phase(tmp_path, stub_library, monke
     assert proc.returncode == 0, out
     assert marker.exists()
     assert 'GPU 0 NVIDIA RTX A6000: memory' in out and 'chat' in out and 'code' in out
+
+
+def test_plan_yml_reports_the_overcommit_without_failing(tmp_path, stub_library, monkeypatch):
+    # playbooks/plan.yml includes the same tasks with kvpin_gpu_ledger_refuse: false.
+    proc, marker = run_plan_phase(tmp_path, stub_library, [deployment('chat', 0.5), deployment('code', 0.5)],
+                                  monkeypatch, kvpin_gpu_ledger_refuse=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert 'OVERCOMMITTED by' in out
