@@ -198,15 +198,16 @@ def read_nvlink_active_links(nvml, handle):
 # /proc/<pid>/cgroup: read at most this much, keep at most this much (a few lines).
 CGROUP_READ_LIMIT = 4096
 CGROUP_KEEP = 1024
+PROC_ROOT = '/proc'
 
 
-def read_cgroup(pid, proc_root='/proc'):
+def read_cgroup(pid, proc_root=None):
     """The cgroup membership of ``pid`` as /proc/<pid>/cgroup lists it (one line per
     hierarchy, e.g. ``0::/system.slice/gpustack.service``), or None where it cannot be read
     (the process ended, or lives in a PID namespace this host does not see). It tells the
     node's GPU ledger whether a process is GPUStack's (module_utils/gpu_ledger.py)."""
     try:
-        with open(os.path.join(proc_root, str(int(pid)), 'cgroup'), 'rb') as handle:
+        with open(os.path.join(proc_root or PROC_ROOT, str(int(pid)), 'cgroup'), 'rb') as handle:
             data = handle.read(CGROUP_READ_LIMIT)
     except (OSError, ValueError):
         return None

@@ -19,6 +19,7 @@ import yaml
 
 from ansible_collections.kvpin.fleet.plugins.filter.gpustack import FilterModule as GpustackFilters
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
+from ansible_collections.kvpin.fleet.plugins.module_utils import nvml_probe
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
@@ -270,6 +271,7 @@ def test_the_lab_inventory_passes_the_ledger(nvml, monkeypatch, host):
     pass the ledger with the worker role's default system_reserved floor (1 GiB)."""
     from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', os.path.join(FIXTURES, host + '.json'))
+    monkeypatch.setattr(nvml_probe, 'PROC_ROOT', '/nonexistent-proc')   # fixture pids are not ours
     gpus = json.loads(json.dumps(probe(nvml)['gpus']))
     with open(os.path.join(LAB_HOST_VARS, host + '.yml')) as handle:
         deployments = yaml.safe_load(handle)['kvpin_deployments']
@@ -293,6 +295,7 @@ def test_the_lab_fixture_process_is_charged_outside_gpustack(nvml, monkeypatch):
     """lab-4090x2's fixture has a 312 MiB process on GPU 0 (a monitoring agent's context)."""
     from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', os.path.join(FIXTURES, 'lab-4090x2.json'))
+    monkeypatch.setattr(nvml_probe, 'PROC_ROOT', '/nonexistent-proc')
     gpus = probe(nvml)['gpus']
     ledger = gpu_ledger(gpus, [], 0)
     assert ledger.gpus[0].outside_processes == 312 * MiB
