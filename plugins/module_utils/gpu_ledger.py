@@ -284,7 +284,10 @@ def deployment_entries(name, plan, where):
             raise LedgerInputError('%s.memory[%d].total' % (where, position),
                                    'must be a positive number of bytes, got %s' % _short(total))
     try:
-        booked = gpu_vram_bookings(plan)
+        if plan.get('backend') != 'vllm' and plan.get('vram_claim_bytes') == 0:
+            booked = [0] * len(memory)     # nothing on the GPUs (0 layers offloaded): no claim
+        else:
+            booked = gpu_vram_bookings(plan)
     except (RecordInputError, TypeError, ValueError) as exc:
         raise LedgerInputError(where, 'cannot compute its GPUStack VRAM claim: %s' % exc)
     entries = []

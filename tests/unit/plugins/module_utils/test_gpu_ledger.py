@@ -163,6 +163,19 @@ def test_an_infeasible_plan_is_not_deployed_and_holds_nothing():
     assert any('code: its plan is infeasible' in w for w in ledger.warnings)
 
 
+def test_a_llama_cpp_plan_with_nothing_on_the_gpu_books_nothing():
+    plan = json.loads(json.dumps(build_plan(dict(
+        backend='llama.cpp', backend_version='b7710', model='meta-llama/Llama-3.3-70B-Instruct',
+        gpus=[a6000(0)], prompt_tokens_p99=4096, max_output_tokens=512, max_concurrency=1,
+        quantization='Q4_K_M', gpu_layers=0)).to_dict()))
+    assert plan['vram_claim_bytes'] == 0
+    ledger = gpu_ledger([a6000(0)], [{'name': 'cpu-only', 'plan': plan, 'pinned': True}], GiB)
+    assert ledger.claims == {'cpu-only': 0}
+    entry = ledger.gpus[0].entries[0]
+    assert entry.booked == 0 and entry.held == sum(plan['memory'][0][t] for t in (
+        'weights', 'activation', 'non_torch', 'cuda_graph', 'kv_cache'))
+
+
 # ---------------------------------------------------------------- adversarial input
 
 def _bad_process(process):
