@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
+    LedgerInputError,
+    deployments_from_results,
+    gpu_ledger,
+)
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_summary import GpuSummaryError, gpu_summary
 from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
@@ -27,6 +32,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
     env_file_content,
     env_names,
 )
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import (
     WatchdogTargetError,
     watchdog_targets,
@@ -39,6 +45,19 @@ def kvpin_system_reserved(plans, ram_gib, vram_min_gib=0):
         return system_reserved(plans, ram_gib, vram_min_gib)
     except SystemReservedError as exc:
         raise AnsibleFilterError('kvpin_system_reserved: %s' % exc)
+
+
+def kvpin_gpu_ledger(gpus, plan_results, vram_min_gib=0, gpustack_cgroup_markers=None):
+    """The node's per-GPU ledger (module_utils/gpu_ledger.py) from gpu_facts' GPUs and the
+    results of the serving_plan loop; system_reserved as the worker config gets it."""
+    try:
+        plans = [result['plan'] for result in plan_results or []
+                 if isinstance(result, dict) and result.get('plan') is not None]
+        reserved = system_reserved(plans, 0, vram_min_gib)['vram'] * GiB
+        return gpu_ledger(gpus, deployments_from_results(plan_results), reserved,
+                          gpustack_cgroup_markers).to_dict()
+    except (LedgerInputError, SystemReservedError) as exc:
+        raise AnsibleFilterError('kvpin_gpu_ledger: %s' % exc)
 
 
 def kvpin_file_checks(table):
@@ -122,6 +141,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'kvpin_file_checks': kvpin_file_checks,
+            'kvpin_gpu_ledger': kvpin_gpu_ledger,
             'kvpin_gpu_summary': kvpin_gpu_summary,
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,

@@ -239,6 +239,27 @@ def _flag_value(args, flag):
     return None
 
 
+def gpu_vram_bookings(plan):
+    """What GPUStack books for one replica of a serving_plan result on each of its GPUs, in
+    bytes, in the order of the plan's ``memory`` rows (the per-GPU shares of
+    :func:`replica_vram_claim`, which is their sum; the node's GPU ledger charges them).
+
+    vLLM: int(total x gmu) per GPU, gmu read from the plan's args the way GPUStack 2.3 reads it
+    (0.9 without the flag). Other backends: the plan's per-GPU ``vram_claim_bytes`` on each GPU.
+    """
+    memory = plan.get('memory') or []
+    if not memory:
+        raise RecordInputError('plan', 'has no per-GPU memory rows')
+    if plan.get('backend') == 'vllm':
+        value = _flag_value(plan.get('args') or [], '--gpu-memory-utilization')
+        gmu = float(value) if value is not None else GPUSTACK_ASSUMED_GPU_MEMORY_UTILIZATION
+        return [int(row['total'] * gmu) for row in memory]
+    per_gpu = plan.get('vram_claim_bytes')
+    if not per_gpu:
+        raise RecordInputError('plan', 'has no vram_claim_bytes')
+    return [int(per_gpu)] * len(memory)
+
+
 def replica_vram_claim(plan):
     """GPUSTACK_MODEL_VRAM_CLAIM, in bytes, for one replica of a serving_plan result.
 
@@ -255,17 +276,7 @@ def replica_vram_claim(plan):
     Other backends: the plan's per-GPU claim times its GPUs. (GPUStack 2.3 sizes GGUF models
     with gguf-parser and does not read this env for them.)
     """
-    memory = plan.get('memory') or []
-    if not memory:
-        raise RecordInputError('plan', 'has no per-GPU memory rows')
-    if plan.get('backend') == 'vllm':
-        value = _flag_value(plan.get('args') or [], '--gpu-memory-utilization')
-        gmu = float(value) if value is not None else GPUSTACK_ASSUMED_GPU_MEMORY_UTILIZATION
-        return sum(int(row['total'] * gmu) for row in memory)
-    per_gpu = plan.get('vram_claim_bytes')
-    if not per_gpu:
-        raise RecordInputError('plan', 'has no vram_claim_bytes')
-    return int(per_gpu) * len(memory)
+    return sum(gpu_vram_bookings(plan))
 
 
 def _normalise_value(field_name, value):

@@ -951,6 +951,7 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
     args = [flags['gpu_layers'], str(k), flags['ctx_size'], str(ctx_size),
             flags['parallel'], str(parallel)]
     args += prof.flash_attn_args(profile, flash_attn)
+    args += prof.fit_args(profile)
     if ctype_k != prof.CACHE_TYPE_DEFAULT:
         args += [flags['cache_type_k'], ctype_k]
     if ctype_v != prof.CACHE_TYPE_DEFAULT:

@@ -22,6 +22,15 @@ Sources (docs/architecture.md, "llama-box / llama.cpp"):
     gpt-oss-20b, which only 256-padding of the SWA cells explains. First build not pinned
     down; from b7250 (about that date) the 256 rule is used, before it the L-2025 rule
     (256 with flash attention, 32 without; ``get_padding``).
+  - ``-fit, --fit [on|off]``, default ``on`` ("whether to adjust unset arguments to fit in
+    device memory", common/arg.cpp; margin ``--fit-target`` 1024 MiB per device): added by
+    ggml-org/llama.cpp#16653 ("llama: automatically set parameters not set by the user in
+    such a way that maximizes GPU utilization"), still under review on 2025-12-10 (the review
+    that asked for the "use -fit off" hint its merged log line carries), so b7347 (2025-12-10)
+    predates it; b7445 has it on by default (its llama-server log: "common_init_result: fitting
+    params to device memory, to report bugs during this step use -fit off"). From b7445
+    ``--fit off`` is pinned; builds in between are planned without it and warned about (an
+    unknown flag stops llama-server at start, so none is emitted where it may not exist).
 
 Nothing else in kvpin.fleet may hard-code a llama-box / llama.cpp version or flag.
 """
@@ -47,6 +56,8 @@ FLASH_ATTN_TRISTATE_FROM_BUILD = 6327
 OUTPUT_FIRST_LAST_BUILD_WITHOUT = 7347
 OUTPUT_FIRST_FIRST_BUILD_WITH = 7710
 KV_PAD_ALWAYS_256_FROM_BUILD = 7250
+FIT_LAST_BUILD_WITHOUT = 7347
+FIT_FIRST_BUILD_WITH = 7445
 # The 256 rule was read off the KV buffers of the two llama.cpp#17715 rows of
 # benchmarks/data/llamacpp_public.json (402 MiB with -fa 0 and -fa 1; docstring above).
 KV_PAD_SOURCE_ROWS = ('llamacpp-17715-gpt-oss-20b-fa1', 'llamacpp-17715-gpt-oss-20b-fa0')
@@ -90,6 +101,7 @@ FLAGS_LLAMA_BOX = {
     'split_mode': '--split-mode',
     'no_mmap': '--no-mmap',
     'no_kv_offload': '--no-kv-offload',
+    'fit': None,                        # llama-box has no --fit
 }
 FLAGS_LLAMA_CPP = {
     'gpu_layers': '--n-gpu-layers',
@@ -105,6 +117,7 @@ FLAGS_LLAMA_CPP = {
     'split_mode': '--split-mode',
     'no_mmap': '--no-mmap',
     'no_kv_offload': '--no-kv-offload',
+    'fit': '--fit',                     # on|off, default on, from b7445 (see the docstring)
 }
 
 
@@ -125,6 +138,7 @@ class EngineProfile:
     flags: Dict[str, Optional[str]]
     rules: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    has_fit: bool = False                # --fit on|off exists (on by default)
 
     def flag(self, concept):
         return self.flags[concept]
@@ -186,6 +200,13 @@ def _llama_cpp_profile(version_text):
                         '(output layer first, PR #18148); planned with output first: check the '
                         'load log for "offloading output layer to GPU" at -ngl 1'
                         % (build, OUTPUT_FIRST_LAST_BUILD_WITHOUT, OUTPUT_FIRST_FIRST_BUILD_WITH))
+    has_fit = build >= FIT_FIRST_BUILD_WITH
+    if FIT_LAST_BUILD_WITHOUT < build < FIT_FIRST_BUILD_WITH:
+        warnings.append('llama.cpp b%d lies between b%d (no --fit) and b%d (--fit on by default, '
+                        'PR #16653); --fit off is not pinned, since llama-server refuses a flag it '
+                        'does not have: if its --help lists --fit, it fits the unset arguments to '
+                        'free VRAM minus 1 GiB; use b%d or later'
+                        % (build, FIT_LAST_BUILD_WITHOUT, FIT_FIRST_BUILD_WITH, FIT_FIRST_BUILD_WITH))
     pad256 = build >= KV_PAD_ALWAYS_256_FROM_BUILD
     generation = GENERATION_NEW if output_first else GENERATION_2025
     if output_first:
@@ -202,6 +223,10 @@ def _llama_cpp_profile(version_text):
                      'without it is an error' % build)
     rules.append('llama.cpp b%d: KV cells padded to %s' % (
         build, '256' if pad256 else '256 with flash attention, 32 without'))
+    if has_fit:
+        rules.append('llama.cpp b%d: --fit is on by default and fits the arguments left unset to '
+                     'free VRAM minus 1 GiB (--fit-target); pinned --fit off, with --n-gpu-layers, '
+                     '--ctx-size and --parallel always pinned, so the plan is what runs' % build)
     rules.append('llama.cpp: --parallel N gives N slots of ctx-size/N tokens each (without '
                  '--kv-unified); recent builds default to -np auto = 4 slots with a unified '
                  'cache, so --parallel and --ctx-size are always pinned; flags are separate '
@@ -213,7 +238,7 @@ def _llama_cpp_profile(version_text):
         v_quant_without_fa='auto_fa' if tristate else 'error',
         parallel_default='-1 = auto (4 slots, unified KV)' if tristate else '1',
         parallel_sets_http_threads=False, flags=dict(FLAGS_LLAMA_CPP), rules=rules,
-        warnings=warnings)
+        warnings=warnings, has_fit=has_fit)
 
 
 def engine_profile(engine, version):
@@ -238,6 +263,11 @@ def flash_attn_args(profile, enabled):
         return [on_flag]
     off_flag = profile.flag('flash_attn_off')
     return [off_flag] if off_flag else []
+
+
+def fit_args(profile):
+    """argv tokens that turn llama.cpp's --fit off where the build has it (else none)."""
+    return [profile.flag('fit'), 'off'] if profile.has_fit else []
 
 
 def gpu_blocks_and_output(profile, n_layer, gpu_layers):

@@ -21,7 +21,8 @@ memory_total, memory_used, memory_free and compute_capability)::
                "pci_device_id": "0x268410de", "power_limit_watts": 450.0 or None,
                "mig_mode": {"current": False, "pending": False} or None,
                "nvlink_active_links": 4 or None,
-               "processes": [{"pid": 41873, "used_memory": 327155712}] or None}],
+               "processes": [{"pid": 41873, "used_memory": 327155712,
+                              "cgroup": "0::/system.slice/x.service"}] or None}],
      "topology": [{"gpu_a": 0, "gpu_b": 1, "link": "PHB", "p2p_read": False,
                    "p2p_write": False, "nvlink": False}],
      "reason": None}
@@ -41,6 +42,7 @@ system use (driver or firmware)", https://docs.nvidia.com/deploy/nvml-api/struct
 from __future__ import annotations
 
 import ctypes
+import os
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 
@@ -193,14 +195,41 @@ def read_nvlink_active_links(nvml, handle):
     return active
 
 
+# /proc/<pid>/cgroup: read at most this much, keep at most this much (a few lines).
+CGROUP_READ_LIMIT = 4096
+CGROUP_KEEP = 1024
+PROC_ROOT = '/proc'
+
+
+def read_cgroup(pid, proc_root=None):
+    """The cgroup membership of ``pid`` as /proc/<pid>/cgroup lists it (one line per
+    hierarchy, e.g. ``0::/system.slice/gpustack.service``), or None where it cannot be read
+    (the process ended, or lives in a PID namespace this host does not see). It tells the
+    node's GPU ledger whether a process is GPUStack's (module_utils/gpu_ledger.py)."""
+    try:
+        with open(os.path.join(proc_root or PROC_ROOT, str(int(pid)), 'cgroup'), 'rb') as handle:
+            data = handle.read(CGROUP_READ_LIMIT)
+    except (OSError, ValueError):
+        return None
+    text = data.decode('utf-8', 'replace').strip()
+    return text[:CGROUP_KEEP] or None
+
+
 def read_processes(nvml, handle):
     procs = _optional(nvml, 'nvmlDeviceGetComputeRunningProcesses_v3',
                       nvml.nvmlDeviceGetComputeRunningProcesses_v3, handle)
     if procs is None:
         return None
-    # usedGpuMemory is None where the driver cannot tell (Windows WDDM).
-    return [{'pid': int(p.pid), 'used_memory': None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
-            for p in procs]
+    processes = []
+    for proc in procs:
+        # usedGpuMemory is None where the driver cannot tell (Windows WDDM).
+        process = {'pid': int(proc.pid),
+                   'used_memory': None if proc.usedGpuMemory is None else int(proc.usedGpuMemory)}
+        cgroup = read_cgroup(proc.pid)
+        if cgroup is not None:
+            process['cgroup'] = cgroup
+        processes.append(process)
+    return processes
 
 
 def read_gpu(nvml, index):

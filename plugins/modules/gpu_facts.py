@@ -279,6 +279,13 @@ ansible_facts:
                   description: GPU memory the process uses, bytes; null where the driver cannot tell.
                   type: int
                   returned: always
+                cgroup:
+                  description:
+                    - The process's cgroup membership as C(/proc/<pid>/cgroup) lists it (at most 1024 characters).
+                    - The node's GPU ledger (filter C(kvpin.fleet.kvpin_gpu_ledger)) tells GPUStack's processes by it.
+                  type: str
+                  returned: when /proc/<pid>/cgroup can be read on the node
+                  sample: "0::/system.slice/gpustack.service"
         topology:
           description: One entry per unordered pair of GPUs.
           returned: always

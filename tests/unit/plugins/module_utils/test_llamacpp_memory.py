@@ -362,3 +362,32 @@ def test_gguf_file_bytes_are_used_as_read(tmp_path):
     assert p.memory[0].weights == 2 * (64 * 64 // 32 * 34) + 100 * 64 * 2
     # 2 KV heads x 8 dims, f16 K and V, ctx 1024 cells (32-padding of 1024 is 1024; L-new 256)
     assert p.memory[0].kv_cache == 2 * 1024 * (16 * 2 + 16 * 2)
+
+
+# ---------------------------------------------------------------- llama-server under GPUStack 2.x
+
+def _value(args, flag):
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+@pytest.mark.parametrize('version, fit', [('b7000', None), ('b7347', None), ('b7445', 'off'), ('b7710', 'off')])
+def test_llama_server_pins_what_the_plan_computed_by_version(version, fit):
+    """GPUStack 2.x's llama.cpp backend passes neither the scheduler's layer count nor its split,
+    and llama-server's --fit (on by default where it exists) would re-fit to free VRAM: the
+    backend parameters pin layers, context, slots and --fit off where the build has it."""
+    p = plan(backend='llama.cpp', version=version)
+    assert _value(p.args, '--n-gpu-layers') == str(p.settings['gpu_layers'])
+    assert _value(p.args, '--ctx-size') == str(p.settings['ctx_size'])
+    assert _value(p.args, '--parallel') == str(p.settings['parallel'])
+    assert _value(p.args, '--fit') == fit
+    assert p.args.count('--fit') == (1 if fit else 0)
+
+
+def test_llama_server_split_is_pinned_on_two_gpus():
+    p = plan(backend='llama.cpp', version='b7710', gpus=(A6000, RTX4090))
+    assert _value(p.args, '--tensor-split') is not None
+    assert _value(p.args, '--fit') == 'off'
+
+
+def test_llama_box_gets_no_fit_flag():
+    assert '--fit' not in plan().args

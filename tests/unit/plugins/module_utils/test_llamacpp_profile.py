@@ -83,3 +83,25 @@ def test_bad_versions_are_refused(engine, version):
     with pytest.raises(PlanInputError) as err:
         prof.engine_profile(engine, version)
     assert err.value.field in ('backend_version', 'backend')
+
+
+@pytest.mark.parametrize('version, has_fit', [
+    ('b6000', False), ('b%d' % prof.FIT_LAST_BUILD_WITHOUT, False),
+    ('b%d' % prof.FIT_FIRST_BUILD_WITH, True), ('b7710', True), ('b9585', True)])
+def test_fit_exists_from_its_first_build(version, has_fit):
+    p = prof.engine_profile('llama.cpp', version)
+    assert p.has_fit is has_fit
+    assert prof.fit_args(p) == (['--fit', 'off'] if has_fit else [])
+    assert any('--fit off' in rule for rule in p.rules) is has_fit
+
+
+def test_fit_boundaries_are_ordered_and_the_gap_warns_without_emitting():
+    assert prof.FIT_LAST_BUILD_WITHOUT < prof.FIT_FIRST_BUILD_WITH
+    gap = prof.engine_profile('llama.cpp', 'b%d' % (prof.FIT_FIRST_BUILD_WITH - 1))
+    assert prof.fit_args(gap) == []
+    assert any('--fit off is not pinned' in w and 'b%d' % prof.FIT_FIRST_BUILD_WITH in w for w in gap.warnings)
+
+
+def test_llama_box_never_gets_fit():
+    box = prof.engine_profile('llama-box', 'v0.0.171')
+    assert not box.has_fit and prof.fit_args(box) == [] and box.flag('fit') is None

@@ -17,6 +17,7 @@ import subprocess
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils import nvml_probe as nvml_probe_module
 from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
     NvmlProbeError,
     format_compute_capability,
@@ -54,8 +55,11 @@ def load_fixture(name):
         return json.load(f)
 
 
-def use(monkeypatch, path):
+def use(monkeypatch, path, proc_root='/nonexistent-proc'):
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', path)
+    # The fixtures' pids are not processes of this machine: no cgroup is read for them, even
+    # where a process with the same pid happens to run here.
+    monkeypatch.setattr(nvml_probe_module, 'PROC_ROOT', proc_root)
 
 
 def write_fixture(tmp_path, data, name='edited.json'):
@@ -326,3 +330,25 @@ def test_cuda_total_of_the_lab_cards(nvml, monkeypatch):
     for gpu in probe(nvml)['gpus']:
         assert 0 < gpu['memory_total_cuda'] < gpu['memory_total']
         assert gpu['memory_total_cuda_source'].startswith('table:')
+
+
+def test_read_cgroup_reads_a_bounded_membership_and_none_when_absent(tmp_path):
+    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import CGROUP_KEEP, read_cgroup
+    (tmp_path / '77').mkdir()
+    (tmp_path / '77' / 'cgroup').write_text('0::/system.slice/gpustack.service\n')
+    assert read_cgroup(77, str(tmp_path)) == '0::/system.slice/gpustack.service'
+    (tmp_path / '78').mkdir()
+    (tmp_path / '78' / 'cgroup').write_text('12:memory:/docker/abc\n' * 1000)
+    assert len(read_cgroup(78, str(tmp_path))) == CGROUP_KEEP
+    assert read_cgroup(79, str(tmp_path)) is None
+    # This test process is on the host: its own membership is readable through /proc.
+    assert read_cgroup(os.getpid()) is not None
+
+
+def test_a_process_whose_cgroup_is_readable_carries_it(nvml, monkeypatch, tmp_path):
+    (tmp_path / '41873').mkdir()
+    (tmp_path / '41873' / 'cgroup').write_text('0::/system.slice/gpustack.service\n')
+    use(monkeypatch, fixture_path('lab-4090x2'), proc_root=str(tmp_path))
+    gpus = probe(nvml)['gpus']
+    assert gpus[0]['processes'] == [{'pid': 41873, 'used_memory': 312 * MiB,
+                                     'cgroup': '0::/system.slice/gpustack.service'}]
