@@ -27,20 +27,29 @@ auto, actuator gpustack in dry run, so a recycle decision is logged, never execu
     WATCHDOG=1 as Daemon.run does (healthy() + sd_notify once per second of the interval) to
     a notify socket per watchdog, drained by the parent as systemd would.
 The fake API and engines run in processes of their own, so their CPU is not counted.
+The node runs twice by default (--engine-runtime both): engine_runtime native as above, then
+engine_runtime container (GPUStack 2.x, the role's default) where each instance's engine is a
+container: `podman` on the watchdogs' PATH is a test double
+(tests/unit/watchdog/fake_container_runtime.sh, shell builtins only) answering
+`inspect --format {{.State.Pid}} NAME` with the engine's pid; a synthetic proc root maps that
+pid to the engine's synthetic container cgroup (machine.slice/libpod-ID.scope/container under
+a synthetic cgroup root, memory.max 16 GiB), whose memory.stat the engine rewrites on every
+scrape (anon 6 GiB + its ballast). The daemon caches the resolved cgroup per instance, so
+the table's note counts the runtime calls per watchdog (1 for the whole run). The double
+starts no process of its own, so a call costs far less than a real `podman inspect` (one
+watchdog that ran a failing real inspect every tick measured 58.9 ms CPU per tick).
 
-Default hours: 24 (cgroup), 3 (node, after its untimed warm-up + window fill); about 35-60 s
-in all on 2 busy cores. --hours sets both.
+Default hours: 24 (cgroup), 3 (each node run, after its untimed warm-up + window fill); about
+30-60 s in all on 2 busy cores. --hours sets all.
 CPU per tick (the process's own, plus any child it ran) is scaled to one hour at the
 configured interval. Own memory = VmHWM of the watchdog process (it includes this harness's
-own imports, about 1 MB, so it errs high). Baseline = the same
-measurements for a child that only starts Python, in the same run.
+own imports, so it errs high; every child imports this file from its bytecode cache rather than
+compiling it, so this file's size does not count). Baseline = the same
+measurements for a child that only starts Python (and imports this file), in the same run.
 Targets (issue 10): < 0.1 % of one core, < 30 MB per watchdog. Prints tables; no asserts.
 
 Run: .venv/bin/python benchmarks/bench_watchdog_overhead.py [--hours H] [--mode node]
-     [--watchdogs 4] [--api-version v2|v1] [--engine-runtime native|container]
-(--engine-runtime container: the daemon runs `<runtime> inspect` per tick to find the
-instance's container; with no such container it falls back to the engine pid's cgroup, so
-the measured cost is that of the failed lookup.)
+     [--watchdogs 4] [--api-version v2|v1] [--engine-runtime native|container|both]
 """
 
 from __future__ import annotations
@@ -63,9 +72,29 @@ import time
 from typing import Dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
 GiB = 1024 ** 3
 MiB = 1024 ** 2
+
+
+def self_argv(*args: str):
+    """argv of a child running this file's main(args). The child IMPORTS this file (its cached
+    bytecode, written by prepare_children) instead of running it as a script, which would compile
+    it: that compile's peak would count in every child's VmHWM and grow with this file."""
+    code = ("import sys; sys.path.insert(0, %r); import bench_watchdog_overhead as b; "
+            "sys.exit(b.main(sys.argv[1:]))" % HERE)
+    return [sys.executable, "-c", code] + list(args)
+
+
+def prepare_children() -> None:
+    """Write this file's bytecode cache once, before any child starts (so no child compiles it);
+    where the directory is not writable every child compiles it alike."""
+    import py_compile  # pylint: disable=import-outside-toplevel
+    try:
+        py_compile.compile(os.path.abspath(__file__), doraise=True)
+    except (OSError, py_compile.PyCompileError):
+        pass
 
 
 def vm_hwm_kib() -> int:
@@ -186,6 +215,13 @@ def child(ticks: int, interval: float) -> dict:
 # node mode: four deployment watchdogs, a fake GPUStack API, four fake engine trees.
 # ---------------------------------------------------------------------------
 FAKE_GPUSTACK = os.path.join(ROOT, "tests", "unit", "watchdog", "gpustack_fake.py")
+# engine_runtime container: `podman` on the watchdogs' PATH is this test double (shell builtins
+# only); it answers `inspect --format {{.State.Pid}} NAME` from a NAME -> pid file and logs each
+# call. The pid's /proc/PID/cgroup (a synthetic proc root) names the engine's synthetic
+# container cgroup (libpod-<id>.scope/container under a synthetic cgroup root, memory.max set).
+FAKE_RUNTIME = os.path.join(ROOT, "tests", "unit", "watchdog", "fake_container_runtime.sh")
+CONTAINER_ANON = 6 * GiB
+CONTAINER_MAX = 16 * GiB
 TOKEN = "kvpin-bench-token"
 WORKER = "node-a"
 DEPLOYMENTS = ("llama-3.1-8b", "qwen3-8b", "gpt-oss-20b", "mistral-small-24b")
@@ -202,6 +238,40 @@ def load_daemon():
     return wd
 
 
+def write_memory_stat(cgroup_dir: str, anon: int) -> None:
+    """A cgroup v2 memory.stat (the lines the daemon reads, plus file), replaced atomically."""
+    tmp = os.path.join(cgroup_dir, ".memory.stat.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("anon %d\nfile %d\nkernel %d\nshmem 0\n" % (anon, 40 * GiB, 64 * MiB))
+    os.replace(tmp, os.path.join(cgroup_dir, "memory.stat"))
+
+
+def container_node(work: str, engines) -> Dict[str, str]:
+    """The container side of a node for engine_runtime container: one synthetic cgroup per
+    engine (created before the engines start, see run_node), /proc/PID/cgroup for each engine
+    root pid and /proc/meminfo in a synthetic proc root, the fake runtime as `podman` on PATH.
+    Returns the daemon config keys and the environment the watchdogs need."""
+    proc_root = os.path.join(work, "proc")
+    for i, proc in enumerate(engines):
+        os.makedirs(os.path.join(proc_root, str(proc.pid)))
+        with open(os.path.join(proc_root, str(proc.pid), "cgroup"), "w", encoding="utf-8") as handle:
+            handle.write("0::/%s\n" % container_scope(i))
+    shutil.copyfile("/proc/meminfo", os.path.join(proc_root, "meminfo"))
+    pids = os.path.join(work, "runtime.pids")
+    with open(pids, "w", encoding="utf-8") as handle:
+        # GPUStack's fake names instance ID "<deployment>-ID" (gpustack_fake.instance: llama-ID).
+        handle.write("".join("llama-%d %d\n" % (100 + i, proc.pid) for i, proc in enumerate(engines)))
+    bindir = os.path.join(work, "bin")
+    os.makedirs(bindir)
+    os.symlink(FAKE_RUNTIME, os.path.join(bindir, "podman"))
+    return {"cgroup_root": os.path.join(work, "cgroup"), "proc_root": proc_root, "pids": pids,
+            "path": bindir + os.pathsep + os.environ.get("PATH", "")}
+
+
+def container_scope(i: int) -> str:
+    return "machine.slice/libpod-%064x.scope/container" % (0xC0DE0 + i)
+
+
 def _idle_until_orphaned(parent: int) -> None:
     """A fake engine process: sleeps until its parent is gone (or its group is killed)."""
     while os.getppid() == parent:
@@ -209,11 +279,13 @@ def _idle_until_orphaned(parent: int) -> None:
     os._exit(0)
 
 
-def engine_main(seed: int) -> int:
+def engine_main(seed: int, cgroup_dir: str = "") -> int:
     """A fake engine: fork the tree first (no threads yet), then serve /metrics on loopback.
     Every scrape counts 100 more requests into the histograms and replaces an anon ballast of
     random size (touched pages, 4-6 MiB) so the engine's RssAnon moves without a trend (and
-    never drops by restart_drop_fraction, which the daemon would read as a restart)."""
+    never drops by restart_drop_fraction, which the daemon would read as a restart).
+    cgroup_dir (container mode): the engine's synthetic container cgroup, whose memory.stat it
+    rewrites on every scrape (anon = CONTAINER_ANON + the ballast), replaced atomically."""
     import http.server  # pylint: disable=import-outside-toplevel
     import threading  # pylint: disable=import-outside-toplevel
     root, parent = os.getpid(), os.getppid()
@@ -241,6 +313,8 @@ def engine_main(seed: int) -> int:
             state["ballast"] = mmap.mmap(-1, size, flags=private)
             for offset in range(0, size, mmap.PAGESIZE):
                 state["ballast"][offset] = 1
+            if cgroup_dir:
+                write_memory_stat(cgroup_dir, CONTAINER_ANON + size)
             body = vllm_metrics(state["requests"]).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -325,6 +399,7 @@ def deployment_child(config_path: str, ticks: int) -> dict:
     no_reading = restarts = 0
     seen = []
     actions: Dict[str, int] = {}
+    calls_warm = _runtime_calls()
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     decision = None
     for i in range(warm, warm + ticks):
@@ -345,6 +420,7 @@ def deployment_child(config_path: str, ticks: int) -> dict:
             restarts += 1
         actions[decision.action] = actions.get(decision.action, 0) + 1
     kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    calls_all = _runtime_calls()
     last = json.loads(out.last) if out.last else {}
     return {"tick_cpu": tick_cpu, "feed_cpu": feed_cpu, "feeds_per_tick": feeds, "ticks": ticks,
             "children_cpu": (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime),
@@ -356,7 +432,21 @@ def deployment_child(config_path: str, ticks: int) -> dict:
             "memory_bytes": decision.memory_bytes if decision else None,
             "ttft_p95": decision.ttft_p95 if decision else None,
             "memory_source": last.get("memory_source") or last.get("reason"),
-            "latency_status": last.get("latency_status"), "api_version": daemon.api.version}
+            "latency_status": last.get("latency_status"), "api_version": daemon.api.version,
+            "warm_ticks": warm, "runtime_calls": calls_all, "runtime_calls_timed": (calls_all - calls_warm)
+            if calls_all is not None and calls_warm is not None else None}
+
+
+def _runtime_calls():
+    """Calls of the fake container runtime so far (its log, one line a call); None = native."""
+    path = os.environ.get("KVPIN_FAKE_RUNTIME_LOG")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return sum(1 for _line in handle)
+    except FileNotFoundError:
+        return 0
 
 
 def _read_port(proc) -> int:
@@ -386,8 +476,16 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
     engines, api, kids, socks = [], None, [], []
     try:
         for i in range(watchdogs):
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine", str(i)],
-                                    stdout=subprocess.PIPE, text=True, start_new_session=True)
+            argv = self_argv("--engine", str(i))
+            if runtime == "container":
+                cgroup_dir = os.path.join(work, "cgroup", container_scope(i))
+                os.makedirs(cgroup_dir)
+                write_memory_stat(cgroup_dir, CONTAINER_ANON + 4 * MiB)
+                for name, value in (("memory.max", CONTAINER_MAX), ("memory.swap.current", 0)):
+                    with open(os.path.join(cgroup_dir, name), "w", encoding="utf-8") as handle:
+                        handle.write("%d\n" % value)
+                argv.append(cgroup_dir)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
             engines.append(proc)
         ports = [_read_port(proc) for proc in engines]
         names = [DEPLOYMENTS[i % len(DEPLOYMENTS)] + ("" if i < len(DEPLOYMENTS) else "-%d" % i)
@@ -400,12 +498,13 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
             # The replica on another worker: listed by the API, not this node's to watch.
             instances.append({"id": 200 + i, "pid": 4000 + i, "worker": "node-b", "model_id": 11 + i,
                               "gpus": [i], "port": 40000 + i})
-        api = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--gpustack-api"],
+        api = subprocess.Popen(self_argv("--gpustack-api"),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         api.stdin.write(json.dumps({"version": api_version, "token": TOKEN, "models": models,
                                     "instances": instances}) + "\n")
         api.stdin.flush()
         api_port = _read_port(api)
+        containers = container_node(work, engines) if runtime == "container" else None
         token_file = os.path.join(work, "gpustack.token")
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -420,6 +519,9 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
                    "gpustack_token_file": token_file, "gpustack_api_version": "auto",
                    "gpustack_worker_name": WORKER, "engine_runtime": runtime, "gpu_indexes": [i],
                    "metrics_path": "/metrics"}
+            if containers:
+                cfg.update(container_runtime="podman", cgroup_root=containers["cgroup_root"],
+                           proc_root=containers["proc_root"])
             path = os.path.join(work, "%s.json" % name)
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write("# kvpin watchdog for %s (benchmark)\n%s\n" % (name, json.dumps(cfg, indent=2)))
@@ -429,8 +531,11 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
             sock.setblocking(False)
             socks.append(sock)
             env = dict(os.environ, NOTIFY_SOCKET=notify_path)
-            kids.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--deployment-child", path,
-                                          str(ticks)], stdout=subprocess.PIPE, env=env, text=True))
+            if containers:
+                env.update(PATH=containers["path"], KVPIN_FAKE_RUNTIME_PIDS=containers["pids"],
+                           KVPIN_FAKE_RUNTIME_LOG=os.path.join(work, "runtime-%d.log" % i))
+            kids.append(subprocess.Popen(self_argv("--deployment-child", path, str(ticks)), stdout=subprocess.PIPE,
+                                         env=env, text=True))
         notified = [0] * watchdogs
         # systemd's side of NOTIFY_SOCKET: drain every datagram while the watchdogs run.
         while any(k.poll() is None for k in kids):
@@ -452,7 +557,7 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
             res.update(name=names[i], notified=notified[i])
             results.append(res)
         procs = len([p for p in os.listdir("/proc") if p.isdigit()])
-        return {"watchdogs": results, "node_processes": procs, "api_version": api_version}
+        return {"watchdogs": results, "node_processes": procs, "api_version": api_version, "runtime": runtime}
     finally:
         for kid in kids:
             _stop(kid)
@@ -530,6 +635,12 @@ def print_node(node: dict, base: dict, interval: float, hours: float, runtime: s
             print("WARNING %s: %s" % (r["name"], "; ".join(problems)))
     print("wall per tick (%d watchdogs + API + engines sharing the cores): %s ms; memory source: %s" % (
         len(rows), ", ".join("%.1f" % (r["wall_per_tick"] * 1000) for r in rows), rows[0]["memory_source"]))
+    if runtime == "container":
+        print("container runtime (`podman inspect`, a test double on PATH) calls per watchdog: %s in the whole run "
+              "(%d warm-up + %d timed ticks), %s in the timed ticks (the double is far cheaper per call than a "
+              "real podman inspect)" % (
+                  ", ".join(str(r["runtime_calls"]) for r in rows), rows[0]["warm_ticks"], rows[0]["ticks"],
+                  ", ".join(str(r["runtime_calls_timed"]) for r in rows)))
 
 
 def baseline() -> dict:
@@ -537,7 +648,7 @@ def baseline() -> dict:
 
 
 def run_child(args):
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True,
+    out = subprocess.run(self_argv(*args), capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -560,7 +671,7 @@ def main(argv=None):
         print(json.dumps(baseline()))
         return 0
     if argv and argv[0] == "--engine":
-        return engine_main(int(argv[1]))
+        return engine_main(int(argv[1]), argv[2] if len(argv) > 2 else "")
     if argv and argv[0] == "--gpustack-api":
         return gpustack_main()
     if argv and argv[0] == "--deployment-child":
@@ -569,9 +680,10 @@ def main(argv=None):
     mode = _flag(argv, "--mode", "both", ("cgroup", "node", "both"))
     watchdogs = int(_flag(argv, "--watchdogs", "4"))
     api_version = _flag(argv, "--api-version", "v2", ("v1", "v2"))
-    runtime = _flag(argv, "--engine-runtime", "native", ("native", "container"))
+    runtimes = _flag(argv, "--engine-runtime", "both", ("native", "container", "both"))
     wd = load_daemon()
     interval = float(wd.DEFAULTS["interval_seconds"])
+    prepare_children()
     base = run_child(["--baseline"])
     if mode in ("cgroup", "both"):
         hours = float(_flag(argv, "--hours", "24"))
@@ -581,9 +693,12 @@ def main(argv=None):
         # Default 3 h: four watchdogs (each also filling warm-up + window first, 241 ticks), the
         # fake API and four engines share CI's 2 cores; the figure is per tick, so more hours
         # only add samples (36 full-window evaluations per watchdog at 3 h).
+        # engine_runtime both (the default): native (GPUStack 0.7.x), then container (2.x, the
+        # role's default), each its own node run.
         hours = float(_flag(argv, "--hours", "3"))
-        node = run_node(watchdogs, int(hours * 3600 / interval), api_version, runtime)
-        print_node(node, base, interval, hours, runtime)
+        for runtime in ("native", "container") if runtimes == "both" else (runtimes,):
+            node = run_node(watchdogs, int(hours * 3600 / interval), api_version, runtime)
+            print_node(node, base, interval, hours, runtime)
     return 0
 
 

@@ -454,6 +454,11 @@ METRIC_NAMES = {
     # exports llamacpp:requests_processing (tools/server/server.cpp).
     "requests_running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
 }
+# Every sample name LatencySensor.from_text looks up (the only lines it parses): the TTFT
+# histograms' _bucket series and the preemption, KV-cache and waiting-request families.
+LATENCY_SAMPLE_NAMES = frozenset(
+    [base + "_bucket" for base in METRIC_NAMES["ttft_histogram"]]
+    + [name for role in ("preemptions", "kv_cache_usage", "requests_waiting") for name in METRIC_NAMES[role]])
 
 _SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$')
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?\s*')
@@ -470,17 +475,26 @@ def _parse_value(text: str) -> float:
     return float(text)
 
 
-def parse_exposition(text: str) -> Dict[str, List[Tuple[Dict[str, str], float]]]:
-    """Prometheus text format 0.0.4 -> {sample name: [(labels, value), ...]}."""
+def parse_exposition(text: str, names: Optional[Iterable[str]] = None) -> Dict[str, List[Tuple[Dict[str, str], float]]]:
+    """Prometheus text format 0.0.4 -> {sample name: [(labels, value), ...]}.
+
+    names: keep only these sample names; every other line is skipped by a prefix test before
+    the regex and label parsing (a vLLM page is ~200 lines, the latency signal needs ~25)."""
     out: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    wanted = frozenset(names) if names is not None else None
+    prefixes = tuple(sorted(wanted)) if wanted is not None else None
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
+            continue
+        if prefixes is not None and not line.startswith(prefixes):
             continue
         match = _SAMPLE_RE.match(line)
         if not match:
             continue
         name, _unused, label_text, value_text = match.group(1), match.group(2), match.group(3), match.group(4)
+        if wanted is not None and name not in wanted:
+            continue
         labels: Dict[str, str] = {}
         if label_text:
             for lm in _LABEL_RE.finditer(label_text):
@@ -987,6 +1001,29 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
+def _read_small(path: str, limit: int = 65536) -> Optional[str]:
+    """A small kernel file (/proc/PID/stat, status) read without the text-layer objects open()
+    builds: the process-tree walk reads one per process of the node every tick. At most `limit`
+    bytes; bytes that are not UTF-8 (a process name is any bytes) are replaced, not an error."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(8192, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def _kv(text: str) -> Dict[str, int]:
     out = {}
     for line in text.splitlines():
@@ -1018,7 +1055,7 @@ def cgroup_memory(cgroup_dir: str) -> Optional[Tuple[int, str]]:
 
 def proc_anon_swap(proc_root: str, pid: int) -> Optional[int]:
     """RssAnon + VmSwap of one process, bytes."""
-    text = _read(os.path.join(proc_root, str(pid), "status"))
+    text = _read_small(os.path.join(proc_root, str(pid), "status"))
     if text is None:
         return None
     total = 0
@@ -1032,7 +1069,7 @@ def proc_anon_swap(proc_root: str, pid: int) -> Optional[int]:
 
 
 def proc_start_time(proc_root: str, pid: int) -> Optional[int]:
-    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    text = _read_small(os.path.join(proc_root, str(pid), "stat"))
     if not text:
         return None
     try:
@@ -1185,7 +1222,7 @@ class LatencySensor:
         return out
 
     def from_text(self, t: float, text: str) -> Dict[str, object]:
-        samples = parse_exposition(text)
+        samples = parse_exposition(text, LATENCY_SAMPLE_NAMES)
         result: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {}}
         base = first_family(samples, "ttft_histogram", "_bucket")
         if base:
@@ -1534,7 +1571,7 @@ def process_tree(proc_root: str, root_pid: int) -> List[int]:
     for name in names:
         if not name.isdigit():
             continue
-        text = _read(os.path.join(proc_root, name, "stat"))
+        text = _read_small(os.path.join(proc_root, name, "stat"))
         if not text or ")" not in text:
             continue
         try:
@@ -1944,6 +1981,10 @@ class DeploymentSensor:
         self.cfg = cfg
         self.api = api
         self.instance: Optional[Instance] = None
+        # container runtime: the instance container's resolved cgroup, ONE entry
+        # (container_key(instance), cgroup dir), so `<runtime> inspect` (a process start, tens
+        # of ms of CPU) runs once per container, not once per tick.
+        self.container_cache: Optional[Tuple[Tuple[object, ...], str]] = None
 
     def container_cgroup(self, inst: Instance) -> Optional[str]:
         sub = dict(self.cfg, container=inst.name, unit=None, cgroup_path=None)
@@ -1951,6 +1992,29 @@ class DeploymentSensor:
         if found is None and inst.pid:
             found = pid_cgroup_dir(str(self.cfg["cgroup_root"]), str(self.cfg["proc_root"]), inst.pid)
         return found
+
+    @staticmethod
+    def container_key(inst: Instance) -> Tuple[object, ...]:
+        """The container as the API reports it: the instance (id), its container (name), its
+        process and start (pid, restart_count) and its state. Any change: look it up again."""
+        return (inst.id, inst.name, inst.pid, inst.restart_count, inst.state)
+
+    def container_memory(self, inst: Instance) -> Tuple[Optional[str], Optional[Tuple[int, str]]]:
+        """(cgroup dir, cgroup_memory of it) of the instance's container. The cached dir is used
+        while the instance's container_key is unchanged and its memory.stat can be read; a
+        changed instance, or a cached dir that vanished or cannot be read (a recreated
+        container), is looked up again in the same tick. Only a readable dir is cached."""
+        key = self.container_key(inst)
+        if self.container_cache is not None and self.container_cache[0] == key:
+            got = cgroup_memory(self.container_cache[1])
+            if got is not None:
+                return self.container_cache[1], got
+        self.container_cache = None
+        cg = self.container_cgroup(inst)
+        got = cgroup_memory(cg) if cg else None
+        if cg and got is not None:
+            self.container_cache = (key, cg)
+        return cg, got
 
     def sample(self, deadline: float) -> Dict[str, object]:
         cfg = self.cfg
@@ -1971,13 +2035,13 @@ class DeploymentSensor:
             out["restarted"] = True   # restarted or rescheduled: a new process, a new trend
         self.instance = inst
         if inst.state not in INSTANCE_STATES_RUNNING:
+            self.container_cache = None     # stopped or restarting: its container may be replaced
             out["status"] = "instance %d is %s" % (inst.id, inst.state)
             return out
         proc_root, cg_root = str(cfg["proc_root"]), str(cfg["cgroup_root"])
         if cfg.get("engine_runtime") == "container":
-            cg = self.container_cgroup(inst)
+            cg, got = self.container_memory(inst)
             out["cgroup"] = cg
-            got = cgroup_memory(cg) if cg else None
             if got is not None:
                 out["memory_bytes"], out["source"] = got
             exclusive, cg_used = True, out["memory_bytes"]

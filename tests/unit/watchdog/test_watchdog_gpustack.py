@@ -11,6 +11,7 @@ import fcntl
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,6 +97,19 @@ def test_follows_a_restarted_instance_as_a_restart(wd, node, fake):
     again = sensor.sample(wd.time.monotonic() + 10)
     assert again["restarted"] and again["instance"].id == 11
     assert again["memory_bytes"] == (2048 + 512 + 256) * MiB
+
+
+def test_process_tree_reads_stat_files_whose_process_name_is_not_utf8(wd, node):
+    """/proc/PID/stat carries the raw comm (any bytes, ') ' included): the walk still links it."""
+    _proc(node / "proc", 503, 501, 64)
+    fields = ["S", "501"] + ["0"] * 17 + ["7"] + ["0"] * 10
+    (node / "proc" / "503" / "stat").write_bytes(b"503 (w\xff\xfe) (x) " + " ".join(fields).encode() + b"\n")
+    (node / "proc" / "503" / "status").write_bytes(b"Name:\tw\xff\xfe\nRssAnon:\t64 kB\nVmSwap:\t0 kB\n")
+    _proc(node / "proc", 504, 503, 64)
+    assert wd.process_tree(str(node / "proc"), 500) == [500, 501, 502, 503, 504]
+    assert wd.proc_anon_swap(str(node / "proc"), 503) == 64 * 1024
+    assert wd.proc_start_time(str(node / "proc"), 503) == 7
+    assert wd.process_tree(str(node / "proc"), 999) == []
 
 
 def test_no_instance_on_this_worker_is_reported_not_guessed(wd, node, fake):
@@ -303,3 +317,136 @@ def test_replay_rejects_malformed_rows_with_their_number(tmp_path, rows, message
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# engine_runtime container: the instance container's cgroup is looked up with `<runtime>
+# inspect` once per container (fake runtime on PATH: tests/unit/watchdog/fake_container_runtime.sh).
+# ---------------------------------------------------------------------------
+FAKE_RUNTIME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_container_runtime.sh")
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    """`podman` on PATH is the fake runtime; returns (set pids {name: pid}, inspect calls)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(FAKE_RUNTIME, str(bindir / "podman"))
+    log, pids = tmp_path / "runtime.log", tmp_path / "runtime.pids"
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ.get("PATH", "")))
+    monkeypatch.setenv("KVPIN_FAKE_RUNTIME_LOG", str(log))
+    monkeypatch.setenv("KVPIN_FAKE_RUNTIME_PIDS", str(pids))
+
+    def set_pids(mapping):
+        pids.write_text("".join("%s %d\n" % item for item in mapping.items()))
+
+    def calls():
+        return log.read_text().splitlines() if log.exists() else []
+    return set_pids, calls
+
+
+def _container(node, pid, scope, anon):
+    """A container's cgroup (v2, podman's layout) holding `pid`, and that pid's /proc/PID/cgroup."""
+    rel = "machine.slice/libpod-%s.scope/container" % scope
+    cg = node / "cgroup" / rel
+    cg.mkdir(parents=True, exist_ok=True)
+    (cg / "memory.stat").write_text("anon %d\nfile %d\n" % (anon, 10 * GiB))
+    (cg / "memory.max").write_text("%d\n" % (16 * GiB))
+    (cg / "cgroup.procs").write_text("%d\n" % pid)
+    proc = node / "proc" / str(pid)
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "cgroup").write_text("0::/%s\n" % rel)
+    return cg
+
+
+def _container_sensor(wd, node, fake):
+    cfg = _cfg(wd, node, fake, engine_runtime="container", container_runtime="podman")
+    assert not wd.validate_config(cfg)
+    return wd.DeploymentSensor(cfg, wd.GPUStackAPI(cfg))
+
+
+def test_container_cgroup_is_inspected_once_for_many_ticks_of_the_same_instance(wd, node, fake, runtime):
+    set_pids, calls = runtime
+    set_pids({"llama-7": 4242})
+    cg = _container(node, 4242, "aaa", 3 * GiB)
+    fake.instances = [fake.instance(7, 500)]
+    sensor = _container_sensor(wd, node, fake)
+    for tick in range(6):
+        (cg / "memory.stat").write_text("anon %d\n" % (3 * GiB + tick * MiB))   # the reading still moves
+        got = sensor.sample(wd.time.monotonic() + 10)
+        assert got["status"] == "ok", got
+        assert got["cgroup"] == str(cg) and got["memory_bytes"] == 3 * GiB + tick * MiB
+        assert (got["limit"], got["limit_source"]) == (16 * GiB, "cgroup memory.max")
+        assert not got["restarted"]
+    assert calls() == ["podman inspect --format {{.State.Pid}} llama-7"]
+
+
+@pytest.mark.parametrize("change", ["rescheduled", "restart_count", "state"])
+def test_container_is_inspected_again_when_the_instance_changes(wd, node, fake, runtime, change):
+    set_pids, calls = runtime
+    set_pids({"llama-7": 4242, "llama-8": 4343})
+    old = _container(node, 4242, "aaa", 3 * GiB)
+    fake.instances = [fake.instance(7, 500)]
+    sensor = _container_sensor(wd, node, fake)
+    for _tick in range(3):
+        assert sensor.sample(wd.time.monotonic() + 10)["cgroup"] == str(old)
+    assert len(calls()) == 1
+    if change == "rescheduled":                 # a new instance: new id, new container, new pid
+        new = _container(node, 4343, "bbb", 5 * GiB)
+        fake.instances = [fake.instance(8, 501)]
+        expected = ["podman inspect --format {{.State.Pid}} llama-7", "podman inspect --format {{.State.Pid}} llama-8"]
+    else:                                       # same instance, its container restarted
+        new = _container(node, 4242, "ccc", 5 * GiB)   # same name, new container id: new cgroup
+        if change == "restart_count":
+            fake.instances = [dict(fake.instance(7, 500), restart_count=1)]
+        else:                                   # one tick seen while it was starting again
+            fake.instances = [fake.instance(7, 500, state="starting")]
+            assert sensor.sample(wd.time.monotonic() + 10)["memory_bytes"] is None
+            fake.instances = [fake.instance(7, 500)]
+        expected = ["podman inspect --format {{.State.Pid}} llama-7"] * 2
+    for tick in range(3):
+        got = sensor.sample(wd.time.monotonic() + 10)
+        assert got["cgroup"] == str(new) and got["memory_bytes"] == 5 * GiB, got
+        assert got["restarted"] == (change == "rescheduled" and tick == 0)
+    assert calls() == expected
+
+
+@pytest.mark.parametrize("loss", ["vanished", "unreadable"])
+def test_container_is_inspected_again_when_the_cached_cgroup_is_gone(wd, node, fake, runtime, loss):
+    set_pids, calls = runtime
+    set_pids({"llama-7": 4242})
+    old = _container(node, 4242, "aaa", 3 * GiB)
+    fake.instances = [fake.instance(7, 500)]      # the API reports nothing new: the same instance
+    sensor = _container_sensor(wd, node, fake)
+    assert sensor.sample(wd.time.monotonic() + 10)["cgroup"] == str(old)
+    assert sensor.sample(wd.time.monotonic() + 10)["cgroup"] == str(old)
+    # Recreated behind the API's back: a new container id (new cgroup), a new pid.
+    if loss == "vanished":
+        shutil.rmtree(str(old))
+    else:
+        (old / "memory.stat").unlink()
+    new = _container(node, 4343, "ddd", 5 * GiB)
+    set_pids({"llama-7": 4343})
+    got = sensor.sample(wd.time.monotonic() + 10)
+    assert got["status"] == "ok" and got["cgroup"] == str(new) and got["memory_bytes"] == 5 * GiB, got
+    assert sensor.sample(wd.time.monotonic() + 10)["cgroup"] == str(new)
+    assert calls() == ["podman inspect --format {{.State.Pid}} llama-7"] * 2
+
+
+def test_container_that_cannot_be_found_is_not_cached(wd, node, fake, runtime):
+    """No container and no readable cgroup of the instance's pid: no reading, and every tick
+    tries again (so the container is found as soon as it exists), never a stale path."""
+    set_pids, calls = runtime
+    set_pids({})
+    (node / "proc" / "500" / "cgroup").write_text("0::/system.slice/none.scope\n")
+    fake.instances = [fake.instance(7, 500)]
+    sensor = _container_sensor(wd, node, fake)
+    for _tick in range(2):
+        got = sensor.sample(wd.time.monotonic() + 10)
+        assert got["memory_bytes"] is None and "engine memory not readable" in got["status"]
+    assert len(calls()) == 2 and sensor.container_cache is None
+    set_pids({"llama-7": 4242})
+    cg = _container(node, 4242, "aaa", 3 * GiB)
+    got = sensor.sample(wd.time.monotonic() + 10)
+    assert got["cgroup"] == str(cg) and got["memory_bytes"] == 3 * GiB
+    assert len(calls()) == 3

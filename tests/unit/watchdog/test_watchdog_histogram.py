@@ -103,3 +103,39 @@ def test_latency_sensor_reads_old_and_new_names(wd):
     assert second["ttft_p95"] == pytest.approx(0.75 + 0.25 * 0.95)
     none = sensor.from_text(120, "llamacpp:requests_deferred 2\n")
     assert none["ttft_p95"] is None and none["corroboration"] == {"requests_waiting": 2.0}
+
+
+def test_latency_lines_only_parse_keeps_every_sample_the_sensor_reads(wd, monkeypatch):
+    """from_text parses only LATENCY_SAMPLE_NAMES: every one of those samples is kept exactly as
+    the full parse has it (a longer name sharing the prefix, indented lines and comments
+    included), nothing else is, and the sensor's result equals that of the full parse."""
+    text = exposition({"0": [1, 2, 3, 4, 5, 6, 7, 8], "1": [0, 1, 1, 2, 2, 3, 3, 4]}, preemptions=3,
+                      kv=0.42, waiting=2)
+    text += ('  gpustack:time_to_first_token_seconds_bucket{le="+Inf"} 9\n'
+             'vllm:num_preemptions_total_created{engine="0"} 1.7e9\n'
+             'vllm:kv_cache_usage_perc_max 0.9\n'
+             '# vllm:num_requests_waiting 99\n'
+             'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 5\n'
+             'python_gc_objects_collected_total{generation="0"} 10\n')
+    full = wd.parse_exposition(text)
+    only = wd.parse_exposition(text, wd.LATENCY_SAMPLE_NAMES)
+    assert only == {name: samples for name, samples in full.items() if name in wd.LATENCY_SAMPLE_NAMES}
+    assert set(only) == {"vllm:time_to_first_token_seconds_bucket", "gpustack:time_to_first_token_seconds_bucket",
+                         "vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"}
+    assert len(only["vllm:time_to_first_token_seconds_bucket"]) == 16
+    # Every name the sensor looks up is in the set (one place: METRIC_NAMES).
+    for role in ("preemptions", "kv_cache_usage", "requests_waiting"):
+        assert set(wd.METRIC_NAMES[role]) <= wd.LATENCY_SAMPLE_NAMES
+    assert {b + "_bucket" for b in wd.METRIC_NAMES["ttft_histogram"]} <= wd.LATENCY_SAMPLE_NAMES
+    cfg = dict(wd.DEFAULTS, ttft_min_observations=1)
+    sensor = wd.LatencySensor(cfg)
+    sensor.from_text(0.0, text)
+    got = sensor.from_text(60.0, text.replace("} 8.0\n", "} 30.0\n"))
+
+    reference = wd.LatencySensor(cfg)
+    original = wd.parse_exposition
+    monkeypatch.setattr(wd, "parse_exposition", lambda body, names=None: original(body))   # parse everything
+    reference.from_text(0.0, text)
+    expected = reference.from_text(60.0, text.replace("} 8.0\n", "} 30.0\n"))
+    assert got == expected and got["ttft_p95"] is not None
+    assert (got["preemptions"], got["corroboration"]) == (3.0, {"kv_cache_usage": 0.42, "requests_waiting": 2.0})
