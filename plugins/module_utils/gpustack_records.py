@@ -239,13 +239,27 @@ def _flag_value(args, flag):
     return None
 
 
+def _booked_total(row, position):
+    """The GPU total GPUStack books from: NVML's (terms.nvml_total), which a plan from before
+    the CUDA-visible total existed carried as its ``total``."""
+    terms = row.get('terms') if isinstance(row.get('terms'), dict) else {}
+    total = terms.get('nvml_total', row.get('total'))
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise RecordInputError('plan.memory[%d].terms.nvml_total' % position,
+                               'must be a positive whole number of bytes, got %r' % (total,))
+    return total
+
+
 def gpu_vram_bookings(plan):
     """What GPUStack books for one replica of a serving_plan result on each of its GPUs, in
     bytes, in the order of the plan's ``memory`` rows (the per-GPU shares of
     :func:`replica_vram_claim`, which is their sum; the node's GPU ledger charges them).
 
     vLLM: int(total x gmu) per GPU, gmu read from the plan's args the way GPUStack 2.3 reads it
-    (0.9 without the flag). Other backends: the plan's per-GPU ``vram_claim_bytes`` on each GPU.
+    (0.9 without the flag). ``total`` is the NVML total GPUStack's worker reports for the GPU
+    (the row's ``terms.nvml_total``), not the smaller CUDA-visible total vLLM budgets from (the
+    row's ``total``): GPUStack books from what it sees. Other backends: the plan's per-GPU
+    ``vram_claim_bytes`` on each GPU.
     """
     memory = plan.get('memory') or []
     if not memory:
@@ -253,7 +267,7 @@ def gpu_vram_bookings(plan):
     if plan.get('backend') == 'vllm':
         value = _flag_value(plan.get('args') or [], '--gpu-memory-utilization')
         gmu = float(value) if value is not None else GPUSTACK_ASSUMED_GPU_MEMORY_UTILIZATION
-        return [int(row['total'] * gmu) for row in memory]
+        return [int(_booked_total(row, position) * gmu) for position, row in enumerate(memory)]
     per_gpu = plan.get('vram_claim_bytes')
     if not per_gpu:
         raise RecordInputError('plan', 'has no vram_claim_bytes')

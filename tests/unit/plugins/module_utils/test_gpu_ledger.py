@@ -136,10 +136,13 @@ def test_the_vram_claims_sent_to_gpustack_equal_the_ledgers_figures():
         sent = CLAIM_FILTER(plan)      # what deploy_models.yml sends as vram_claim_bytes
         assert ledger['claims'][name] == sent
         assert sent == sum(e['booked'] for g in ledger['gpus'] for e in g['entries'] if e['deployment'] == name)
-    # vLLM: GPUStack books the budget it fills (int(total x gmu)), within a byte of the plan's budget.
+    # vLLM fills its budget, CUDA-visible total x gmu; GPUStack books NVML total x gmu, more by
+    # gmu x what the driver keeps (the ledger's booking account holds that difference).
+    driver_reserved = tp2['memory'][0]['terms']['driver_reserved']
+    assert driver_reserved > 0
     for gpu in ledger['gpus']:
         for entry in gpu['entries']:
-            assert 0 <= entry['held'] - entry['booked'] <= 1
+            assert 0 <= entry['booked'] - entry['held'] <= 0.4 * driver_reserved + 1
 
 
 def test_deployments_sharing_a_node_must_pin_their_gpus():

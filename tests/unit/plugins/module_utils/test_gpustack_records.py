@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import error_message_from_body
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
-    MANAGED_FIELDS, RecordInputError, desired_model_fields, field_changes, model_update_body,
+    MANAGED_FIELDS, RecordInputError, desired_model_fields, field_changes, gpu_vram_bookings, model_update_body,
     normalise_model, plan_model_change, replica_vram_claim, worker_labels_change, worker_labels_wanted,
 )
 
@@ -230,6 +230,24 @@ def test_vllm_claim_is_what_gpustack_books_summed_over_the_replica():
     assert replica_vram_claim(plan) == 2 * 22666354360
     # Never above what GPUStack's feasibility check allows (sum of total x gmu, unrounded).
     assert replica_vram_claim(plan) <= 2 * RTX4090_TOTAL * 0.88
+
+
+def test_vllm_claim_books_from_the_nvml_total_gpustack_sees_not_the_cuda_total():
+    # A plan row's total is the CUDA-visible total vLLM budgets from; GPUStack's worker reports
+    # (and books from) the NVML total, which the row carries as terms.nvml_total.
+    cuda_total = RTX4090_TOTAL - 512 * 1024 * 1024
+    plan = {'backend': 'vllm', 'args': ['--gpu-memory-utilization=0.88'],
+            'memory': [{'total': cuda_total, 'terms': {'nvml_total': RTX4090_TOTAL}}] * 2}
+    assert gpu_vram_bookings(plan) == [22666354360, 22666354360]
+    assert replica_vram_claim(plan) == 2 * 22666354360
+
+
+@pytest.mark.parametrize('nvml_total', [0, -1, 1.5, '25757220864', True, None])
+def test_vllm_booking_refuses_a_bad_nvml_total_naming_it(nvml_total):
+    plan = {'backend': 'vllm', 'args': [], 'memory': [{'total': 1000}, {'total': 1000, 'terms': {'nvml_total': nvml_total}}]}
+    with pytest.raises(RecordInputError) as raised:
+        gpu_vram_bookings(plan)
+    assert raised.value.field == 'plan.memory[1].terms.nvml_total'
 
 
 def test_vllm_claim_reads_gmu_like_gpustack_and_defaults_to_its_assumption():
