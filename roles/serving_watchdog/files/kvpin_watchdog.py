@@ -150,8 +150,10 @@ ACTUATORS = ("none", "systemd", "podman", "docker", "gpustack")
 # cannot run with (a string, a bool, NaN, inf, out of range) is rejected by check-config.
 NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "interval_seconds": (1, 24 * 3600, False),
-    "window_seconds": (60, 30 * 24 * 3600, False),
-    "min_window_seconds": (60, 30 * 24 * 3600, False),
+    # Windows of seconds are runnable (the systemd end-to-end test watches a 1 s tick over a
+    # 20 s window); the slope needs min_points readings in them, checked against the interval.
+    "window_seconds": (10, 30 * 24 * 3600, False),
+    "min_window_seconds": (10, 30 * 24 * 3600, False),
     "min_points": (3, 100000, True),
     "max_points": (3, 2000, True),
     "evaluate_every_seconds": (1, 24 * 3600, False),
@@ -276,6 +278,10 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
         if float(cfg["min_window_seconds"]) > float(cfg["window_seconds"]):
             errors.append("min_window_seconds (%g) must not exceed window_seconds (%g)" % (
                 float(cfg["min_window_seconds"]), float(cfg["window_seconds"])))
+        # A window that cannot hold min_points readings at the tick interval never evaluates.
+        if float(cfg["min_window_seconds"]) < (int(cfg["min_points"]) - 1) * float(cfg["interval_seconds"]):
+            errors.append("min_window_seconds (%g) cannot hold min_points (%d) readings %g s apart" % (
+                float(cfg["min_window_seconds"]), int(cfg["min_points"]), float(cfg["interval_seconds"])))
         wsec = cfg.get("watchdog_sec")
         if wsec is not None:
             # The main loop feeds WATCHDOG=1 only while the current tick is within its deadline

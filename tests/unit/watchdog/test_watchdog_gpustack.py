@@ -273,6 +273,8 @@ def test_one_tick_end_to_end_logs_instance_and_limit_source(wd, node, fake):
     ({"dry_run": "no"}, "dry_run must be true or false"),
     ({"name": "a b"}, "name must match"),
     ({"min_window_seconds": 7200, "window_seconds": 3600}, "must not exceed window_seconds"),
+    ({"min_window_seconds": 5, "window_seconds": 3600}, "min_window_seconds must be >= 10, got 5"),
+    ({"min_window_seconds": 60, "min_points": 10, "interval_seconds": 30}, "cannot hold min_points (10) readings 30 s apart"),
 ])
 def test_check_config_rejects_what_the_daemon_cannot_run(tmp_path, over, message):
     cfg = {"name": "llama", "gpustack_deployment": "llama", "gpustack_server": "http://127.0.0.1:1",
