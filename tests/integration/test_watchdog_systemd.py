@@ -31,7 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
 PROGRAM = os.path.join(ROLE, "files", "kvpin_watchdog.py")
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
-NODE = os.environ.get("KVPIN_WATCHDOG_LAB_NODE", "lab-mixed")
+# The container of the lab node (scripts/lab.sh names it KVPIN_LAB_PREFIX + node).
+NODE = os.environ.get("KVPIN_WATCHDOG_LAB_NODE", os.environ.get("KVPIN_LAB_PREFIX", "") + "lab-mixed")
 TAG = "itest%d" % os.getpid()
 BASE = "/run/kvpin-wd-%s" % TAG
 
@@ -76,6 +77,8 @@ SETTINGS = {
     "storm_max_recycles": 2, "storm_window_seconds": 3600,
     "slope_threshold_bytes_per_hour": 1024 ** 3, "ttft_slope_threshold_seconds_per_hour": 1.0,
     "ttft_min_observations": 5,
+    # WatchdogSec=20 here: check-config wants a tick's deadline at most half of it.
+    "tick_deadline_seconds": 5,
 }
 
 
