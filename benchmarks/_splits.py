@@ -107,6 +107,16 @@ def consistency_problems(entries, sources):
     return problems
 
 
+def print_split_preamble(entries, sources, row_word):
+    """What the splits mean, once for both benchmarks, then any inconsistency between the data's
+    splits and the constants' source rows."""
+    print('splits: a "fit" %s gave a fitted constant (each constant\'s *_SOURCE_ROWS) or an '
+          'input from its own answer: in-sample. A "held_out" %s gave nothing '
+          '(docs/data-sources.md). Targets are the same for every split.' % (row_word, row_word))
+    for problem in consistency_problems(entries, sources):
+        print('split problem (tests/unit/test_validation_split.py fails on it): ' + problem)
+
+
 def verdict_line(split, what, hits, count, unit, target):
     """``accuracy: <split>: <what> h/n <unit> (p %; target >= t %): PASS|FAIL``; no rows is
     FAIL (a split without rows proves nothing)."""

@@ -303,11 +303,7 @@ def main():
     sources = splits.fitted_source_rows(splits.LLAMACPP_MODULES)
     rows, oom_rows, skipped, split_of = run_entries(entries, sources)
     print('llama-box / llama.cpp planner vs public load logs (%s), MiB per device' % VALIDATION)
-    print('splits: a "fit" entry gave a fitted constant (each constant\'s *_SOURCE_ROWS) or an '
-          'input from its own answer: in-sample. A "held_out" entry gave nothing '
-          '(docs/data-sources.md). Targets are the same for every split.')
-    for problem in splits.consistency_problems(entries, sources):
-        print('split problem (tests/unit/test_validation_split.py fails on it): ' + problem)
+    splits.print_split_preamble(entries, sources, 'entry')
     for split in splits.SPLITS + (splits.TOTAL,):
         labels = [label for label, (where, _why) in split_of.items() if split in (splits.TOTAL, where)]
         print('\n== %s: %d entries' % (splits.TITLES[split], len(labels)))

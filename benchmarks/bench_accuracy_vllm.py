@@ -230,11 +230,8 @@ def main():
           'naive = util x total - weights' % os.path.relpath(DATA, ROOT))
     print('totals: NVML = what gpu_facts reports (the input), CUDA est = the planner\'s CUDA-visible '
           'total, CUDA log = total_gpu_memory in the log; KV old = the plan fed the NVML total as CUDA\'s')
-    print('splits: a "fit" row gave a fitted constant (named under the row; each constant\'s '
-          '*_SOURCE_ROWS) or an input from its own answer: in-sample. A "held_out" row gave '
-          'nothing (docs/data-sources.md). Targets are the same for every split.')
-    for problem in splits.consistency_problems(entries, sources):
-        print('split problem (tests/unit/test_validation_split.py fails on it): ' + problem)
+    splits.print_split_preamble(entries, sources, 'row')
+    print('the constants a fit row gave are named under it')
     for split in splits.SPLITS + (splits.TOTAL,):
         chosen = [r for r in records if split in (splits.TOTAL, r['split'])]
         print()
