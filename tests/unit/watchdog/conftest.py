@@ -4,26 +4,15 @@
 """Load the watchdog program (a stdlib-only script shipped by the role) by its path."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
+from watchdog_program import PROGRAM, ROOT  # noqa: F401  pylint: disable=unused-import
+from watchdog_program import load_watchdog_program as _load
+
 TRACES = os.path.join(ROOT, "tests", "traces")
-
-
-def _load():
-    if "kvpin_watchdog" in sys.modules:
-        return sys.modules["kvpin_watchdog"]
-    spec = importlib.util.spec_from_file_location("kvpin_watchdog", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kvpin_watchdog"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")

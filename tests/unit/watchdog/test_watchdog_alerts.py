@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT  # pylint: disable=import-error
+from watchdog_program import ROOT  # pylint: disable=import-error
 
 RULES = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog_alerts.yml")
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "promtool")

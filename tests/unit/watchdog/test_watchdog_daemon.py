@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import PROGRAM  # pylint: disable=import-error
+from watchdog_program import PROGRAM  # pylint: disable=import-error
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

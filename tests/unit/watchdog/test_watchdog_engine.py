@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-from conftest import PROGRAM, TRACES  # pylint: disable=import-error
+from watchdog_program import PROGRAM, ROOT  # pylint: disable=import-error
+
+TRACES = os.path.join(ROOT, "tests", "traces")
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

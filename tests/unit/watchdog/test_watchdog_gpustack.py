@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import PROGRAM  # pylint: disable=import-error
+from watchdog_program import PROGRAM  # pylint: disable=import-error
 from gpustack_fake import FakeGPUStack  # pylint: disable=import-error
 
 MiB = 1024 * 1024

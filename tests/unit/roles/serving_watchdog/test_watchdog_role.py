@@ -17,10 +17,15 @@ import sys
 import pytest
 import yaml
 
-from conftest import PROGRAM, ROOT  # pylint: disable=import-error
+from watchdog_program import PROGRAM, ROOT, load_watchdog_program  # pylint: disable=import-error
 
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+
+
+@pytest.fixture(scope="module")
+def wd():
+    return load_watchdog_program()
 
 
 def _yaml(rel):

@@ -26,7 +26,7 @@ import sys
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 SECRET = 'kvpin-managed-files-verysecret'
 
@@ -84,7 +84,7 @@ def _recorder(task, when):
     module = _module(task)
     args = task.get(module) if module else None
     if module in UNSUPPORTED_WRITERS:
-        raise AssertionError('%s in task %r: teach tests/unit/test_role_managed_files.py to record it'
+        raise AssertionError('%s in task %r: teach tests/unit/roles/test_role_managed_files.py to record it'
                              % (module, task.get('name')))
     record = None
     if module == 'ansible.builtin.copy':
