@@ -12,6 +12,9 @@ Targets: a 50 MiB/h leak detected within 3 h of its start; zero false recycles o
 
 Run: .venv/bin/python benchmarks/bench_watchdog.py [--regenerate] [--seeds N]
 (--seeds N also replays N freshly seeded variants of each leak-free 7-day shape.)
+--field-report [SEEDS]: the field report's slow decay under a daily swell - leak-to-recycle delay
+at 50/200/2000 MiB/h with TTFT tracking the leak, and false recycles / alert episodes over
+21-day leak-free traces with the swell and a restart every 5 days (SEEDS of each, default 2).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchd
 TRACES = os.path.join(ROOT, "tests", "traces")
 HOUR = 3600.0
 # Decisions that say "memory is rising" (an alert or a recycle): what detection means here.
-MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected")
+MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected", "slow_decay")
 
 
 def load_program():
@@ -102,6 +105,65 @@ def seed_sweep(program, seeds):
     print("seed sweep summary: %d false recycles over %.0f leak-free days" % (total_false, total_days))
 
 
+def alert_episodes(decisions):
+    """Runs of consecutive alert decisions (one episode = one page to a human)."""
+    episodes, inside = 0, False
+    for d in decisions:
+        if d.action == "alert" and not inside:
+            episodes += 1
+        inside = d.action == "alert"
+    return episodes
+
+
+def field_report_sweep(program, seeds):
+    sys.path.insert(0, TRACES)
+    import generate_traces  # noqa: E402 pylint: disable=import-outside-toplevel
+    mib = 1024 * 1024
+    print()
+    print("field report: leak-to-recycle delay, RSS leak from hour 1 with TTFT p95 tracking it "
+          "(+22 %% per 2.1 GiB leaked), daily swell, no limit; %d seeds" % seeds)
+    print("%-10s %-28s %-28s %s" % ("rate", "first alert h (per seed)", "first recycle h (per seed)", "diagnoses"))
+    for rate in (50, 200, 2000):
+        alerts, recycles, diags = [], [], set()
+        for k in range(seeds):
+            rows = generate_traces.field_report(
+                "decay", 8100 + k, hours=48, rate_bytes_per_hour=rate * mib,
+                decay_ttft_36h=0.22 * rate / 60.0)
+            engine = program.DecisionEngine(dict(program.DEFAULTS))
+            first_a = first_r = None
+            for t, mem, ttft, _pre in rows:
+                d = engine.feed(t, mem, ttft_p95=ttft)
+                if d.diagnosis in MEMORY_DIAGNOSES and first_a is None and t >= HOUR:
+                    first_a = (t - HOUR) / HOUR
+                if d.action == "recycle" and first_r is None:
+                    first_r = (t - HOUR) / HOUR
+                    diags.add(d.diagnosis)
+                    break
+            alerts.append(first_a)
+            recycles.append(first_r)
+
+        def fmt(values):
+            return "/".join("-" if v is None else "%.1f" % v for v in values)
+        print("%-10s %-28s %-28s %s" % ("%d MiB/h" % rate, fmt(alerts), fmt(recycles), ",".join(sorted(diags))))
+    print()
+    print("field report: leak-free 21-day traces, daily swell (TTFT +20 %%, RSS +60 MiB at peak), "
+          "restart every 5 days; %d seeds" % seeds)
+    print("%-6s %6s %10s %15s %18s" % ("seed", "days", "recycles", "alert_episodes", "episodes_per_week"))
+    total_r = total_e = 0
+    for k in range(seeds):
+        rows = generate_traces.field_report("swell", 8200 + k, hours=21 * 24,
+                                            restarts=tuple(d * 86400 for d in (5, 10, 15, 20)))
+        engine = program.DecisionEngine(dict(program.DEFAULTS))
+        decisions = [engine.feed(t, mem, ttft_p95=ttft) for t, mem, ttft, _pre in rows]
+        rec = len([d for d in decisions if d.action == "recycle"])
+        eps = alert_episodes(decisions)
+        total_r += rec
+        total_e += eps
+        print("%-6d %6d %10d %15d %18.2f" % (8200 + k, 21, rec, eps, eps / 3.0))
+    print("summary: %d recycles (target 0), %.2f alert episodes per week (target <= 1) over %d leak-free days"
+          % (total_r, total_e / (3.0 * seeds), 21 * seeds))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--regenerate" in argv:
@@ -146,6 +208,10 @@ def main(argv=None):
               sum(1 for r in results.values() if r["ok"]), len(results), cpu_total))
     if "--seeds" in argv:
         seed_sweep(program, int(argv[argv.index("--seeds") + 1]))
+    if "--field-report" in argv:
+        at = argv.index("--field-report")
+        seeds = int(argv[at + 1]) if at + 1 < len(argv) and argv[at + 1].isdigit() else 2
+        field_report_sweep(program, seeds)
     return 0
 
 

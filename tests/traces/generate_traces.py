@@ -170,6 +170,57 @@ def specs() -> List[TraceSpec]:
     ]
 
 
+# The field report's slow decay ("Catching the slow decay"): throughput -18 % over 36 h with
+# GPU utilisation flat, worker RSS growing monotonically (a few % per 3 h: 60 MiB/h on a 6 GiB
+# floor is 3 % per 3 h) and p95 TTFT tracking it, all under a daily traffic swell. Classes:
+#   decay  RSS ramp + TTFT tracking it (+22 % over 36 h = 1/0.82)  -> recycle (slow_decay)
+#   ramp   the same RSS ramp, TTFT only swells, no limit            -> alert, never recycle
+#   ttft   slow p95 rise (+22 % / 36 h), RSS only swells            -> alert latency_only
+#   swell  the daily swell alone (TTFT +20 % and RSS +60 MiB at peak) -> nothing
+FIELD_REPORT_CLASSES = ("decay", "ramp", "ttft", "swell")
+FIELD_REPORT_EXPECT = {"decay": "recycle", "ramp": "alert_only", "ttft": "alert_only", "swell": "nothing"}
+
+
+def field_report(kind: str, seed: int, hours: int = 60, leak_start: int = HOUR,
+                 base_bytes: int = 6 * GiB, rate_bytes_per_hour: float = 60 * MiB,
+                 swell_bytes: int = 60 * MiB, swell_ttft: float = 0.20,
+                 decay_ttft_36h: float = 0.22,
+                 restarts: Tuple[int, ...] = ()) -> List[Tuple[int, int, Optional[float], int]]:
+    """One field-report trace of class `kind` (FIELD_REPORT_CLASSES), seeded. A restart (times
+    in `restarts`) starts a new warm-up and a new decay from zero."""
+    if kind not in FIELD_REPORT_CLASSES:
+        raise ValueError("kind must be one of %s" % ", ".join(FIELD_REPORT_CLASSES))
+    rng = random.Random(seed)
+    phase = rng.uniform(0, 24)
+    saw_phase, saw_period = 0.0, rng.uniform(240, 720)
+    saw_amp = 200 * MiB * rng.uniform(0.5, 1.5)
+    rows = []
+    pending = sorted(restarts)
+    started = 0
+    for t in range(0, hours * HOUR, INTERVAL):
+        if pending and t >= pending[0]:
+            started = pending.pop(0)
+        level = base_bytes * _warmup(t - started)
+        # The swell: traffic peaks once a day (Gaussian, sigma 3 h, peak at 14:00 local).
+        hour_of_day = (t / HOUR + phase) % 24
+        swell = math.exp(-((hour_of_day - 14.0) / 3.0) ** 2)
+        level += swell_bytes * swell
+        saw_phase += INTERVAL / saw_period
+        if saw_phase >= 1.0:
+            saw_phase -= 1.0
+            saw_period = rng.uniform(240, 720)
+            saw_amp = 200 * MiB * rng.uniform(0.5, 1.5)
+        level += saw_amp * (2.0 * saw_phase - 1.0) + rng.gauss(0, 15 * MiB)
+        decayed = max(0, t - max(leak_start, started))
+        if kind in ("decay", "ramp"):
+            level += rate_bytes_per_hour * decayed / HOUR
+        ttft = 0.35 * (1.0 + swell_ttft * swell) * math.exp(rng.gauss(0, 0.08))
+        if kind in ("decay", "ttft"):
+            ttft *= 1.0 + decay_ttft_36h * decayed / (36 * HOUR)
+        rows.append((t, int(level), round(ttft, 4) if t - started >= 300 else None, 0))
+    return rows
+
+
 def write_all(directory: str = DATA_DIR) -> Dict[str, dict]:
     os.makedirs(directory, exist_ok=True)
     manifest = {}
@@ -187,6 +238,21 @@ def write_all(directory: str = DATA_DIR) -> Dict[str, dict]:
             "cap_reached_at": (spec.leak_start + int(spec.cap_bytes / spec.leak_bytes_per_hour * HOUR)
                                if spec.cap_bytes else None),
             "restarts": spec.restarts, "duration": spec.duration, "config": spec.config,
+        }
+    for kind in FIELD_REPORT_CLASSES:
+        name = "field_report_%s" % kind
+        path = os.path.join(directory, name + ".csv")
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(["t_seconds", "rss_bytes", "ttft_p95_seconds", "preemptions_total"])
+            for t, mem, ttft, pre in field_report(kind, 7001):
+                writer.writerow([t, mem, "" if ttft is None else ttft, pre])
+        manifest[name] = {
+            "file": "data/%s.csv" % name, "seed": 7001, "expect": FIELD_REPORT_EXPECT[kind],
+            "description": "field report slow decay, class %s (generate_traces.field_report)" % kind,
+            "leak_start": HOUR if kind != "swell" else None,
+            "leak_bytes_per_hour": 60 * MiB if kind in ("decay", "ramp") else 0.0,
+            "cap_reached_at": None, "restarts": [], "duration": 60 * HOUR, "config": {},
         }
     with open(os.path.join(os.path.dirname(directory), "manifest.json"), "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=2, sort_keys=True)

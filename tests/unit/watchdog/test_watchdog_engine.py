@@ -20,7 +20,7 @@ TRACES = os.path.join(ROOT, "tests", "traces")
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected")
+MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected", "slow_decay")
 
 
 _REPLAYS = {}

@@ -262,7 +262,7 @@ def test_one_tick_end_to_end_logs_instance_and_limit_source(wd, node, fake):
     ({"confidence": 1.5}, "confidence must be <= 0.9999"),
     ({"mk_alpha": 0}, "mk_alpha must be >= "),
     ({"interval_seconds": 120, "watchdog_sec": 180}, "too long for WatchdogSec=180"),
-    ({"tick_deadline_seconds": 100, "watchdog_sec": 180}, "tick_deadline_seconds (100 s) too long"),
+    ({"watchdog_sec": 2}, "watchdog_sec must be >= 4"),
     ({"gpu_indexes": [0, -1]}, "gpu_indexes must be a list"),
     ({"engine_runtime": "vm"}, "engine_runtime must be one of native, container"),
     ({"gpustack_api_version": "v3"}, "gpustack_api_version must be one of"),
@@ -273,8 +273,6 @@ def test_one_tick_end_to_end_logs_instance_and_limit_source(wd, node, fake):
     ({"dry_run": "no"}, "dry_run must be true or false"),
     ({"name": "a b"}, "name must match"),
     ({"min_window_seconds": 7200, "window_seconds": 3600}, "must not exceed window_seconds"),
-    ({"min_window_seconds": 5, "window_seconds": 3600}, "min_window_seconds must be >= 10, got 5"),
-    ({"min_window_seconds": 60, "min_points": 10, "interval_seconds": 30}, "cannot hold min_points (10) readings 30 s apart"),
 ])
 def test_check_config_rejects_what_the_daemon_cannot_run(tmp_path, over, message):
     cfg = {"name": "llama", "gpustack_deployment": "llama", "gpustack_server": "http://127.0.0.1:1",
@@ -452,3 +450,9 @@ def test_container_that_cannot_be_found_is_not_cached(wd, node, fake, runtime):
     got = sensor.sample(wd.time.monotonic() + 10)
     assert got["cgroup"] == str(cg) and got["memory_bytes"] == 3 * GiB
     assert len(calls()) == 3
+
+
+def test_tick_deadline_stays_below_half_of_watchdog_sec(wd):
+    assert wd.tick_deadline(dict(wd.DEFAULTS, watchdog_sec=20)) == 9.0
+    assert wd.tick_deadline(dict(wd.DEFAULTS, watchdog_sec=180)) == wd.DEFAULTS["tick_deadline_seconds"]
+    assert wd.tick_deadline(dict(wd.DEFAULTS)) == wd.DEFAULTS["tick_deadline_seconds"]
