@@ -273,19 +273,28 @@ cmd_up() {
     for n in "${nodes[@]}"; do start_node "$n"; done
 }
 
+# podman rm -f can lose a race with a container that stops on its own just as the SIGKILL goes
+# out ("cannot remove container ... could not be stopped ... container state improper:
+# stopped"): then the container is stopped, not gone, and a second rm removes it.
+remove_container() {
+    podman rm -f -t 5 "$1" >/dev/null && return 0
+    podman container exists "$1" || return 0
+    podman rm -f -t 5 "$1" >/dev/null
+}
+
 cmd_down() {
     local nodes=("$@") n
     ((${#nodes[@]})) || nodes=("${NODES[@]}")
     for n in "${nodes[@]}"; do
         known_node "$n"
         if [[ "$(container_state "$n")" != absent ]]; then
-            podman rm -f -t 5 "$(container "$n")" >/dev/null
+            remove_container "$(container "$n")"
             log "$n: removed"
         fi
     done
     # The server goes with the whole fleet; its secrets stay (the next server gets the same).
     if (($# == 0)) && [[ "$(container_state "$SERVER")" != absent ]]; then
-        podman rm -f -t 5 "$(container "$SERVER")" >/dev/null
+        remove_container "$(container "$SERVER")"
         rm -f "$GS_STATE/api_key" "$GS_STATE/server_url"
         log "$SERVER: removed"
     fi
