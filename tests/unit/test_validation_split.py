@@ -51,6 +51,7 @@ def _load_benchmark(name):
             sys.path.remove(bench_dir)
     return module
 
+
 BENCHMARKS = {
     'vllm': ('vllm_public.json', splits.VLLM_MODULES),
     'llamacpp': ('llamacpp_public.json', splits.LLAMACPP_MODULES),
