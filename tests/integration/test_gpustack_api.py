@@ -491,7 +491,9 @@ def test_deploy_models_standalone_books_the_planned_claim(server, worker, local_
             'name': 'llama-3.1-8b-chain', 'backend': 'vllm', 'backend_version': '0.11.0',
             'model': 'meta-llama/Llama-3.1-8B-Instruct', 'gpu_indexes': [0, 1],
             'traffic': {'prompt_tokens_p99': 4096, 'max_output_tokens': 512, 'max_concurrency': 32},
-            'engine': {'tensor_parallel_size': 2},
+            # The fixture's GPU 0 holds a 312 MiB process outside GPUStack: the derived
+            # utilization leaves no room for it, and the node's ledger would refuse the plan.
+            'engine': {'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.85},
             'gpustack': {'source': 'local_path', 'local_path': local_model_dir,
                          'worker_selector': {'gpu-class': 'rtx4090'}},
         }],
