@@ -229,13 +229,12 @@ ENGINE_TREE = "API server -> EngineCore -> 2 workers"
 
 
 def load_daemon():
-    if "kvpin_watchdog" in sys.modules:
-        return sys.modules["kvpin_watchdog"]
-    spec = importlib.util.spec_from_file_location("kvpin_watchdog", PROGRAM)
-    wd = importlib.util.module_from_spec(spec)
-    sys.modules["kvpin_watchdog"] = wd      # dataclasses resolve their module by name
-    spec.loader.exec_module(wd)
-    return wd
+    """The watchdog program as a module (the tests' loader, tests/watchdog_program.py)."""
+    tests_dir = os.path.join(ROOT, "tests")
+    if tests_dir not in sys.path:
+        sys.path.insert(0, tests_dir)
+    from watchdog_program import load_watchdog_program  # pylint: disable=import-error,import-outside-toplevel
+    return load_watchdog_program()
 
 
 def write_memory_stat(cgroup_dir: str, anon: int) -> None:
