@@ -13,12 +13,12 @@ written; a pair that fits gets there.
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 import yaml
 
 from local_playbook import REPO_ROOT, run_tasks_on_localhost
+from nvml_stub_pynvml import stub_library_path
 
 SITE = os.path.join(REPO_ROOT, 'playbooks', 'site.yml')
 PLAN_TASKS = os.path.join(REPO_ROOT, 'playbooks', 'tasks', 'plan_deployments.yml')
@@ -39,8 +39,7 @@ def test_site_runs_the_ledger_in_the_plan_phase_before_the_worker_phase():
 
 @pytest.fixture(scope='module')
 def stub_library():
-    return subprocess.run([os.path.join(REPO_ROOT, 'tests', 'nvml_stub', 'build.sh')], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return stub_library_path()
 
 
 def deployment(name, util):

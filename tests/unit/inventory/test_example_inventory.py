@@ -3,12 +3,12 @@ every node plans on that node's GPUs, probed through the real pynvml over the NV
 with the lab fixture of the same hardware, and the plans show the report's pins."""
 import glob
 import os
-import subprocess
 
 import pytest
 import yaml
+from nvml_stub_pynvml import stub_pynvml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import preload_library, probe
+from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import build_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -21,11 +21,7 @@ HARDWARE = {'gpu-a6000-01': 'lab-a6000x4', 'gpu-4090-01': 'lab-4090x4',
 
 @pytest.fixture(scope='module')
 def nvml():
-    library = subprocess.run([os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')], check=True,
-                             capture_output=True, text=True).stdout.strip()
-    preload_library(library)
-    import pynvml
-    return pynvml
+    return stub_pynvml()
 
 
 def host_deployments():

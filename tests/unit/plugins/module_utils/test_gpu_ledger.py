@@ -12,10 +12,10 @@ import copy
 import glob
 import json
 import os
-import subprocess
 
 import pytest
 import yaml
+from nvml_stub_pynvml import stub_pynvml
 
 from ansible_collections.kvpin.fleet.plugins.filter.gpustack import FilterModule as GpustackFilters
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
@@ -270,12 +270,7 @@ def test_filter_errors_name_the_filter_and_the_field():
 
 @pytest.fixture(scope='module')
 def nvml():
-    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import preload_library
-    library = subprocess.run([os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')], check=True,
-                             capture_output=True, text=True).stdout.strip()
-    preload_library(library)
-    import pynvml
-    return pynvml
+    return stub_pynvml()
 
 
 LAB_HOSTS = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(LAB_HOST_VARS, '*.yml')))

@@ -12,9 +12,9 @@ import copy
 import itertools
 import json
 import os
-import subprocess
 
 import pytest
+from nvml_stub_pynvml import stub_pynvml
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
 from ansible_collections.kvpin.fleet.plugins.module_utils import nvml_probe as nvml_probe_module
@@ -22,14 +22,12 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
     NvmlProbeError,
     format_compute_capability,
     format_cuda_version,
-    preload_library,
     probe,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import MiB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIXTURES = os.path.join(ROOT, 'tests', 'fixtures', 'nvml')
-BUILD_SCRIPT = os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')
 
 A6000 = 'NVIDIA RTX A6000'
 RTX4090 = 'NVIDIA GeForce RTX 4090'
@@ -40,10 +38,7 @@ RTX4090_TOTAL = 24564 * MiB  # nvidia-smi "24564MiB"
 @pytest.fixture(scope='module')
 def nvml():
     """The real pynvml, bound to the stub library (built here if needed)."""
-    library = subprocess.run([BUILD_SCRIPT], check=True, capture_output=True, text=True).stdout.strip()
-    preload_library(library)
-    import pynvml
-    return pynvml
+    return stub_pynvml()
 
 
 def fixture_path(name):
