@@ -352,7 +352,8 @@ def outside_terms(acct, graphs_inside, tp, gpu, graph_pool):
     share of the card's NVML memory_total (the larger total: the margin does not shrink
     because the driver keeps part of the card)."""
     total = gpu['memory_total']
-    parts = {'cuda_context': CUDA_CONTEXT_BYTES}
+    # vLLM 0.6.4.x / 0.8.x count the CUDA context inside the budget (device-wide non-torch)
+    parts = {} if acct.device_wide_non_torch else {'cuda_context': CUDA_CONTEXT_BYTES}
     if acct.nccl_in_baseline and tp > 1:
         parts['nccl_buffers'] = nccl_buffer_bytes(tp, gpu.get('name'))
     if acct.cublas_in_baseline:
@@ -548,7 +549,9 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                          (' + TP workspaces %s (fitted 0.55 - 0.13 GiB, llm-d TP2)' % _gib(tp_workspace))
                          if tp_workspace else '',
                          (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
-                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else ''),
+                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
+                         ' + CUDA context %s (this version measures non-torch memory device-wide)'
+                         % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
         'nccl_buffers': '%d ring connections x %d NCCL channels x %s (fitted: 0.93 GiB per NVLink '
                         'peer, llm-d H100 TP2 free-at-startup) -> %s, %s' % (
                             ring_connections(tp), nccl_channels(gpu.get('name')),
@@ -644,7 +647,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             nccl = nccl_buffer_bytes(tp, gpu.get('name'))
             act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt)
             graph, g_terms, g_explain = graph_for(ms)
-            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl)
+            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
+                CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
             charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
             ext = None
             if pinned_user is not None:
@@ -791,13 +795,13 @@ def engine_spec(spec, version):
 
 
 def v0_shared_gpu_warnings(ctx):
-    """vLLM 0.6.4.x counts memory other processes hold on the GPU as its own non-torch memory."""
-    if ctx.acct.v0_profiler != prof.V0_DEVICE_NON_TORCH:
+    """vLLM 0.6.4.x and 0.8.x count memory other processes hold on the GPU as their own non-torch memory."""
+    if not ctx.acct.device_wide_non_torch:
         return []
     busy = [gpu for gpu in ctx.gpus if isinstance(gpu.get('memory_used'), int) and gpu['memory_used'] > 0]
     return ['GPU %s has %s in use now: vLLM %s counts memory other processes hold on the GPU as its own '
             'non-torch memory and takes it out of its KV budget (the plan assumes the GPU to itself); '
-            'start it on an idle GPU or use 0.6.5 or later' % (
+            'start it on an idle GPU' % (
                 gpu.get('index', '?'), _gib(gpu['memory_used']), ctx.version) for gpu in busy]
 
 

@@ -293,6 +293,9 @@ CUDAGRAPH_ESTIMATE_SINCE = (0, 18, 0)       # env present; default 1 from GRAPHS
 GRAPHS_INSIDE_SINCE = (0, 20, 0)
 NCCL_IN_BASELINE_SINCE = (0, 11, 0)
 CUBLAS_IN_BASELINE_SINCE = (0, 33, 0)
+# 0.8.x V1 (gpu_worker.py determine_available_memory) measured non-torch memory device-wide, like
+# V0 0.6.4.x; 0.9.2 (the next read wheel) profiles from a baseline snapshot.
+DEVICE_WIDE_NON_TORCH_UNTIL = (0, 9, 0)
 # The V1 engine is the default from 0.8.0 (vllm/envs.py VLLM_USE_V1 default "1"; "0" in 0.6.x/0.7.x).
 V1_ENGINE_SINCE = (0, 8, 0)
 # V0 profilers (vllm/worker/worker.py determine_num_available_blocks), by release:
@@ -333,6 +336,8 @@ class Accounting:
     v0_profiler: str = ''           # V0_FREE_DELTA | V0_DEVICE_NON_TORCH | V0_MEMORY_PROFILING
     kv_watermark_x100: int = 0      # V0: % of the blocks the block manager keeps free
     extensible_kv_default: bool = False   # 0.34+: extensible KV cache on unless KV bytes are pinned
+    device_wide_non_torch: bool = False   # non-torch = device used - torch allocated: the CUDA
+    #                                       context and other processes' memory count in the budget
 
     def held_back_blocks(self, num_blocks):
         """Blocks of a pool of ``num_blocks`` that no request can hold: V1's null block, V0's
@@ -373,7 +378,7 @@ def _v0_accounting(v):
         cuda_graphs=GRAPHS_OUTSIDE, nccl_in_baseline=False, cublas_in_baseline=False,
         holds_null_block=False, profiler_buffer_in_suggestion=False,
         capture_size_rule='v0_max_num_seqs', rules=tuple(rules), engine='v0', v0_profiler=profiler,
-        kv_watermark_x100=V0_WATERMARK_X100)
+        kv_watermark_x100=V0_WATERMARK_X100, device_wide_non_torch=profiler == V0_DEVICE_NON_TORCH)
 
 
 def accounting(version):
@@ -405,6 +410,11 @@ def accounting(version):
     if v.at_least((0, 28, 0)):
         rules.append('vLLM %s: budget = total x util - (consumed since baseline + transient peak) '
                      '- CUDA graph estimate (mem_get_info accounting, 0.27.0+)' % v)
+    device_wide = not v.at_least(DEVICE_WIDE_NON_TORCH_UNTIL)
+    if device_wide:
+        rules.append('vLLM %s (V1, 0.8.x): KV budget = total x util - (torch peak + device-wide used - '
+                     'torch allocated): the CUDA context and memory OTHER processes hold on the GPU count '
+                     'as non-torch memory inside the budget' % v)
     extensible = v.at_least(EXTENSIBLE_KV_SINCE)
     if extensible:
         rules.append('vLLM %s: the extensible KV cache is on by default on CUDA: KV = min(total x util '
@@ -416,7 +426,7 @@ def accounting(version):
         cuda_graphs=graphs, nccl_in_baseline=nccl_baseline, cublas_in_baseline=cublas_baseline,
         holds_null_block=True, profiler_buffer_in_suggestion=v.at_least((0, 10, 2)),
         capture_size_rule='max_num_seqs_x2' if v.at_least((0, 12, 0)) else 'fixed_512',
-        rules=tuple(rules), extensible_kv_default=extensible)
+        rules=tuple(rules), extensible_kv_default=extensible, device_wide_non_torch=device_wide)
 
 
 # MXFP4 MoE (gpt-oss): vLLM lays the expert matrices out with their 2880-wide dimension

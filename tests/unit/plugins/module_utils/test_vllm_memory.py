@@ -643,3 +643,17 @@ def test_0_8_4_is_planned_as_v1_with_its_own_batch_defaults():
 def test_a_release_newer_than_the_newest_read_is_planned_with_a_warning():
     plan = plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {}, '0.35.0')
     assert any('newer than the newest release' in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize('version, inside', [
+    ('0.6.3.post1', False), ('0.6.4', True), ('0.6.4.post1', True), ('0.6.5', False),
+    ('0.8.0', True), ('0.8.5.post1', True), ('0.10.1.1', False), ('0.34.0', False)])
+def test_device_wide_non_torch_eras_charge_the_cuda_context_inside_the_budget(version, inside):
+    plan = plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, {'max_model_len': 8192}, version)
+    mem = plan.memory[0]
+    assert ('outside_cuda_context' not in mem.terms) is inside
+    assert (mem.non_torch >= vm.CUDA_CONTEXT_BYTES) is inside
+    busy = gpus(1)
+    busy[0]['memory_used'] = 2 * GiB
+    warned = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {'max_model_len': 8192}, version).warnings
+    assert any('counts memory other processes hold' in w for w in warned) is inside
