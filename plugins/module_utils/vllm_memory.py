@@ -827,10 +827,10 @@ def extensible_sizing(acct, tp, gpu, total, util, consumed, transient):
     explain_kv = ('extensible KV cache (vLLM 0.34): min(cap %s - consumed %s, headroom %s - margin %s) - '
                   'transient peak %s = %s, bound by %s; consumed = weights + workspaces + CUDA graph pool, '
                   'headroom = total - baseline (CUDA context, NCCL, cuBLAS) %s - consumed, margin = '
-                  'max(1 GiB, 0.75 x transient), of which 512 MiB stays free for non-torch allocations '
+                  'max(1 GiB, 0.75 x transient), of which %s stays free for non-torch allocations '
                   '(vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes)' % (
                       _gib(requested), _gib(consumed), _gib(headroom), _gib(margin), _gib(transient),
-                      _gib(kv), bound, _gib(baseline)))
+                      _gib(kv), bound, _gib(baseline), _gib(prof.EXTENSIBLE_NON_TORCH_RESERVE_BYTES)))
     return dict(kv=kv, margin=margin, transient=transient, consumed=consumed, requested=requested,
                 headroom=headroom, explain_budget=explain_budget, explain_kv=explain_kv)
 
@@ -882,9 +882,9 @@ def _checked_knobs(knobs, spec, version):
         _bool_knob(knobs, name)
     if 'block_size' in knobs:
         knobs['block_size'] = _int_knob(knobs, 'block_size', 1, 4096)
-        if knobs['block_size'] not in prof.BLOCK_SIZE_CHOICES:
-            raise PlanInputError('block_size', 'must be one of %s, got %d' % (
-                ', '.join(str(b) for b in prof.BLOCK_SIZE_CHOICES), knobs['block_size']))
+        if knobs['block_size'] not in prof.block_size_choices(version):
+            raise PlanInputError('block_size', 'must be one of %s for vLLM %s, got %d' % (
+                ', '.join(str(b) for b in prof.block_size_choices(version)), version, knobs['block_size']))
     if 'gpu_memory_utilization' in knobs:
         util = knobs['gpu_memory_utilization']
         if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:

@@ -230,6 +230,16 @@ BLOCK_SIZE_CHOICES = (1, 8, 16, 32, 64, 128)
 DEFAULT_BLOCK_SIZE_SINCE_0_34 = 64
 
 
+def block_size_choices(version):
+    """--block-size values the CLI accepts: [8, 16, 32] before 0.6.4, [8, 16, 32, 64, 128] up to
+    0.8.4 (vllm/engine/arg_utils.py choices), then BLOCK_SIZE_CHOICES (1 added in 0.8.5)."""
+    if not version.at_least((0, 6, 4)):
+        return (8, 16, 32)
+    if not version.at_least((0, 8, 5)):
+        return (8, 16, 32, 64, 128)
+    return BLOCK_SIZE_CHOICES
+
+
 def default_block_size(version):
     """The --block-size vLLM uses on CUDA when none is given (MLA backends force their own)."""
     return DEFAULT_BLOCK_SIZE_SINCE_0_34 if version.at_least(EXTENSIBLE_KV_SINCE) else DEFAULT_BLOCK_SIZE
@@ -312,7 +322,6 @@ V0_WATERMARK_X100 = 1
 # (SchedulerConfig) is 512 up to 0.6.4.post1, 2048 from 0.6.5; without it max(max_model_len, 2048).
 V0_LONG_CONTEXT_TOKENS = 32768
 V0_CHUNKED_MNBT_2048_SINCE = (0, 6, 5)
-V0_DEFAULT_MAX_NUM_SEQS = 256
 # 0.34.0: the extensible KV cache (vllm/v1/worker/extensible_kv_cache.py), on by default on CUDA
 # unless --kv-cache-memory-bytes is set (vllm/config/vllm.py _resolve_extensible_kv_cache).
 EXTENSIBLE_KV_SINCE = (0, 34, 0)

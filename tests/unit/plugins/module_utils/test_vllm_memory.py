@@ -657,3 +657,17 @@ def test_device_wide_non_torch_eras_charge_the_cuda_context_inside_the_budget(ve
     busy[0]['memory_used'] = 2 * GiB
     warned = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {'max_model_len': 8192}, version).warnings
     assert any('counts memory other processes hold' in w for w in warned) is inside
+
+
+@pytest.mark.parametrize('version, block_size, accepted', [
+    ('0.6.2', 64, False), ('0.6.2', 32, True), ('0.6.4', 128, True), ('0.8.4', 1, False),
+    ('0.8.5', 1, True), ('0.34.0', 16, True)])
+def test_block_size_choices_by_version(version, block_size, accepted):
+    knobs = {'block_size': block_size, 'max_model_len': 8192}
+    if accepted:
+        plan = plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, knobs, version)
+        assert '--block-size=%d' % block_size in plan.args or block_size == 16
+    else:
+        with pytest.raises(PlanInputError, match='must be one of .* for vLLM %s' % version) as err:
+            plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, knobs, version)
+        assert err.value.field == 'block_size'
