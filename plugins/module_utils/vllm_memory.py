@@ -1015,6 +1015,10 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
 
     ``knobs`` holds the user-set engine options by serving_plan option name (KNOWN_KNOBS); a knob
     left out (or None) is derived, and every value in the plan says why in ``reasons``."""
+    from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
+    if vllm_pipeline.pipeline_requested(knobs):
+        # --pipeline-parallel-size / VLLM_PP_LAYER_PARTITION: the stages are planned there
+        return vllm_pipeline.plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version)
     version = prof.parse_version(backend_version)
     _check_spec(spec)
     _check_traffic(traffic)

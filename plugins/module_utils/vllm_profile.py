@@ -333,3 +333,27 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
         largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)
     largest = max(1, min(largest, max_num_batched_tokens))
     return [s for s in (1, 2, 4) if s <= largest] + list(range(8, largest + 1, 8))
+
+
+# ---------------------------------------------------------------- pipeline parallelism
+# --pipeline-parallel-size exists in every supported release (vllm/engine/arg_utils.py since
+# 0.5.1). Before 0.9.1 a plain `vllm serve -pp N` (no --distributed-executor-backend) made
+# the V1 oracle fall back to the V0 engine (vllm PR #18915, merged 2025-05-30, first in
+# 0.9.1, added the default backend to the V1 list); this planner models V1 only.
+FLAGS['pipeline_parallel_size'] = FlagRule(
+    'pipeline_parallel_size', '--pipeline-parallel-size', None, None,
+    'V1 engine with the default executor from 0.9.1 (V0 fallback before)')
+PIPELINE_V1_SINCE = (0, 9, 1)
+# VLLM_PP_LAYER_PARTITION (vllm/envs.py; read by get_pp_indices in vllm/distributed/utils.py):
+# comma-separated layers per stage; vLLM checks only the count (== pp) and the sum
+# (== num_hidden_layers). Without it, layers // pp per stage and the remainder r goes one each
+# to partitions[-2], [-3], ... [-(r + 1)] (vllm PR #13839, in every release since 0.8.0): never
+# to the last stage, and not to the first unless r == pp - 1.
+PP_LAYER_PARTITION_ENV = 'VLLM_PP_LAYER_PARTITION'
+PP_REMAINDER_RULE = ('layers // pp per stage; the remainder r goes one layer each to stages '
+                     'pp-2, pp-3, ... pp-1-r (never the last: vllm PR #13839, vLLM >= 0.8.0)')
+
+
+def pipeline_supported(version):
+    """True when ``vllm serve --pipeline-parallel-size N`` runs the V1 engine at ``version``."""
+    return version.at_least(PIPELINE_V1_SINCE)
