@@ -131,7 +131,8 @@ KNOWN_KNOBS = ('tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len'
                'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
                'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate')
 FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.7) or llama.cpp '
-                 '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)')
+                 '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)'
+                 ', or vLLM pipeline parallelism, one stage per GPU kind (pipeline_parallel_size)')
 
 
 def safety_margin_bytes(total):

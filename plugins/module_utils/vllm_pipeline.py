@@ -256,12 +256,16 @@ def _evaluate(setup, partition, ms, util):
     return stages, max(0, usable)
 
 
-def _balanced_partition(setup, ms, util):
+def _balanced_partition(setup, ms, util_for):
     """The partition that gives the smallest stage the most blocks: layers in proportion to
     each stage's budget left after its fixed terms (weights without layers, activation,
-    non-torch, graphs), largest remainder first, then single layers moved while the minimum
-    block count grows (ties: more blocks in total)."""
+    non-torch, graphs), largest remainder first, then single layers moved while the engine's
+    block count grows (ties: more blocks in total). ``util_for(partition)`` is the utilization
+    that partition runs at (the user's, or derived: a graph pool outside the budget grows with
+    a stage's layers)."""
     pp, n = setup.pp, setup.spec.num_layers
+    start = default_partition(n, pp)
+    util = util_for(start)
     free = []
     for s in range(pp):
         st = _stage(setup, s, 0, 1, ms, util)      # one layer: the fixed terms + one layer
@@ -277,7 +281,7 @@ def _balanced_partition(setup, ms, util):
         partition[i] += 1
 
     def score(candidate):
-        stages, usable = _evaluate(setup, candidate, ms, util)
+        stages, usable = _evaluate(setup, candidate, ms, util_for(candidate))
         return usable, sum(st['blocks'] for st in stages)
 
     best = score(partition)
@@ -307,6 +311,11 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
     """(version, gpus, knobs without the PP ones, pp, tp, user partition or None)."""
     version = prof.parse_version(backend_version)
     knobs = {k: v for k, v in dict(knobs or {}).items() if v is not None}
+    if knobs.get('pipeline_parallel_size') == 1 and isinstance(knobs['pipeline_parallel_size'], int):
+        # one stage is no pipeline: the TP planner; a partition can then only be [num_layers]
+        if 'pp_layer_partition' in knobs:
+            parse_partition(knobs['pp_layer_partition'], spec.num_layers, 1)
+        return version, gpus, {k: v for k, v in knobs.items() if k not in PP_KNOBS}, 1, None, None
     for name in PP_UNSUPPORTED_KNOBS:
         if name in knobs:
             raise PlanInputError(name, 'is not modelled with pipeline parallelism (each stage has its '
@@ -322,7 +331,11 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         if not pp or pp > MAX_PIPELINE_PARALLEL:
             raise PlanInputError('pp_layer_partition', 'give pipeline_parallel_size (1-%d) with it'
                                  % MAX_PIPELINE_PARALLEL)
-    if pp > 1 and not prof.pipeline_supported(version):
+    if pp == 1:
+        if partition_value is not None:
+            parse_partition(partition_value, spec.num_layers, 1)
+        return version, gpus, knobs, 1, None, None
+    if not prof.pipeline_supported(version):
         raise PlanInputError('pipeline_parallel_size', 'vLLM %s runs `--pipeline-parallel-size` on the '
                              'V0 engine (the V1 engine takes it with the default executor from %s), '
                              'which this planner does not model' % (
@@ -336,6 +349,9 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
             raise PlanInputError('gpus[%d].memory_total' % position,
                                  'must be a positive number of bytes, got %r' % (total,))
+    # vLLM's rank r (stage r // TP) runs on CUDA device r; with CUDA_DEVICE_ORDER=PCI_BUS_ID
+    # (set by the plan when stages differ) that is the r-th GPU by NVML index
+    gpus = sorted(gpus, key=lambda gpu: gpu.get('index', 0) if isinstance(gpu.get('index'), int) else 0)
     partition = parse_partition(partition_value, spec.num_layers, pp) if partition_value is not None else None
     if pp > spec.num_layers:
         raise PlanInputError('pipeline_parallel_size', '%d stages for %d layers: every stage needs a layer'
@@ -373,11 +389,7 @@ def plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version):
     naming the field; a plan that does not fit -> Plan.feasible False naming the stages."""
     version, gpus, knobs, pp, tp, user_partition = _checked(spec, gpus, traffic, knobs, backend_version)
     if pp == 1:
-        # One stage is no pipeline: the TP planner (a given partition can only be [num_layers]).
-        plain = dict(knobs)
-        if tp > 1 or 'tensor_parallel_size' in (knobs or {}):
-            plain['tensor_parallel_size'] = tp
-        return vm.plan_vllm(spec, gpus, traffic, plain, backend_version)
+        return vm.plan_vllm(spec, gpus, traffic, knobs, backend_version)
     setup = _Setup(spec, gpus, traffic, knobs, version, pp, tp)
     max_model_len, len_reason, warnings, beyond_model = vm.derive_max_model_len(spec, traffic, knobs)
     mixed = len(set(_kind(stage[0]) for stage in setup.stages)) > 1
@@ -385,29 +397,26 @@ def plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version):
     ms = user_ms if user_ms is not None else max(1, min(traffic.max_concurrency, setup.mnbt))
     even = default_partition(spec.num_layers, pp)
     user_util = knobs.get('gpu_memory_utilization')
-    util = user_util if user_util is not None else _derived_util(setup, user_partition or even, ms)
 
-    def choose(util, ms):
-        if user_partition is not None:
-            return user_partition, 'set by the user (%s)' % ','.join(str(n) for n in user_partition)
-        if not mixed:
-            return even, 'vLLM get_pp_indices default for %d layers over %d stages of one GPU kind: %s' % (
-                spec.num_layers, pp, prof.PP_REMAINDER_RULE)
-        balanced = _balanced_partition(setup, ms, util)
-        if _evaluate(setup, balanced, ms, util)[1] <= _evaluate(setup, even, ms, util)[1]:
-            return even, ('vLLM default split %s gives the smallest stage as many blocks as any uneven one'
-                          % even)
-        return balanced, ('stages on different cards: layers in proportion to each stage\'s budget left '
-                          'after its fixed terms, then moved one at a time while the smallest stage\'s '
-                          'KV blocks grow (vLLM gives every stage the smallest block count)')
+    def util_for(candidate):
+        return user_util if user_util is not None else _derived_util(setup, candidate, ms)
 
-    partition, partition_reason = choose(util, ms)
-    if user_util is None:
-        # the graph pool (outside the budget before 0.20) grows with a stage's layers
-        util_for_partition = _derived_util(setup, partition, ms)
-        if util_for_partition < util:
-            util = util_for_partition
-            partition, partition_reason = choose(util, ms)
+    if user_partition is not None:
+        partition, partition_reason = user_partition, 'set by the user (%s)' % ','.join(
+            str(n) for n in user_partition)
+    elif not mixed:
+        partition, partition_reason = even, (
+            'vLLM get_pp_indices default for %d layers over %d stages of one GPU kind: %s' % (
+                spec.num_layers, pp, prof.PP_REMAINDER_RULE))
+    else:
+        partition = _balanced_partition(setup, ms, util_for)
+        partition_reason = ('stages on different cards: layers in proportion to each stage\'s budget '
+                            'left after its fixed terms, then moved one at a time while the engine\'s KV '
+                            'blocks grow (vLLM gives every stage the smallest block count)')
+        if _evaluate(setup, partition, ms, util_for(partition))[1] <= _evaluate(setup, even, ms, util_for(even))[1]:
+            partition, partition_reason = even, (
+                'vLLM\'s default split %s gives the engine as many KV blocks as any uneven one' % even)
+    util = util_for(partition)
     stages, usable = _evaluate(setup, partition, ms, util)
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
     seq_blocks = max(st['layout'].blocks_per_request(seq_tokens) for st in stages)
@@ -596,8 +605,18 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         else 'auto (the model dtype)',
         'enable_chunked_prefill': 'on: prefill is split into max_num_batched_tokens chunks',
     })
+    environment = {}
     if uneven:
-        settings['environment'] = {prof.PP_LAYER_PARTITION_ENV: partition_text}
+        environment[prof.PP_LAYER_PARTITION_ENV] = partition_text
+    if mixed:
+        environment[prof.CUDA_DEVICE_ORDER_ENV] = prof.CUDA_DEVICE_ORDER_PCI
+        reasons['environment'] = ('%s=%s: stage s runs on CUDA device s, and CUDA\'s default order '
+                                  '(fastest first) could put the %s stage on the other card; bus order '
+                                  'is the NVML index order this plan uses' % (
+                                      prof.CUDA_DEVICE_ORDER_ENV, prof.CUDA_DEVICE_ORDER_PCI,
+                                      setup.stages[0][0].get('name', 'first')))
+    if environment:
+        settings['environment'] = environment
     rules = list(setup.acct.rules) + [
         'vLLM %s: --pipeline-parallel-size %d runs the V1 engine (%s)' % (
             version, pp, prof.FLAGS['pipeline_parallel_size'].note),
@@ -606,8 +625,7 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         'KV: every stage sizes its own pool; vLLM gives every stage the smallest block count, so the '
         'smallest stage (here stage %d) bounds KV tokens and concurrency' % bound['stage'],
     ]
-    if uneven:
-        rules.append('%s=%s set in the engine environment' % (prof.PP_LAYER_PARTITION_ENV, partition_text))
+    rules.extend('%s=%s set in the engine environment' % item for item in sorted(environment.items()))
     if not feasible or 'max_num_seqs' in knobs:
         pass
     elif ms < traffic.max_concurrency:
@@ -618,8 +636,7 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                     'sum of the stages, throughput needs several requests in flight')
     pipeline = {
         'pipeline_parallel_size': pp, 'tensor_parallel_size': tp, 'partition': partition,
-        'partition_default': even, 'partition_env': ({prof.PP_LAYER_PARTITION_ENV: partition_text}
-                                                     if uneven else {}),
+        'partition_default': even, 'environment': environment,
         'stages': stage_out, 'bounding_stage': bound['stage'], 'engine_kv_blocks': usable,
         'engine_kv_tokens': kv_tokens,
         'rule': 'engine KV tokens = (min over stages of blocks_s - 1 null block) x block_size %d; '

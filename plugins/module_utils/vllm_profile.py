@@ -350,6 +350,10 @@ PIPELINE_V1_SINCE = (0, 9, 1)
 # to partitions[-2], [-3], ... [-(r + 1)] (vllm PR #13839, in every release since 0.8.0): never
 # to the last stage, and not to the first unless r == pp - 1.
 PP_LAYER_PARTITION_ENV = 'VLLM_PP_LAYER_PARTITION'
+# CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA C Programming
+# Guide, environment variables); NVML indexes are in PCI bus order.
+CUDA_DEVICE_ORDER_ENV = 'CUDA_DEVICE_ORDER'
+CUDA_DEVICE_ORDER_PCI = 'PCI_BUS_ID'
 PP_REMAINDER_RULE = ('layers // pp per stage; the remainder r goes one layer each to stages '
                      'pp-2, pp-3, ... pp-1-r (never the last: vllm PR #13839, vLLM >= 0.8.0)')
 

@@ -599,7 +599,8 @@ plan:
     pipeline:
       description:
         - vLLM with O(pipeline_parallel_size) > 1 - the stages, null otherwise. C(partition) is the
-          layers per stage (C(partition_env) the C(VLLM_PP_LAYER_PARTITION) to set when uneven);
+          layers per stage; C(environment) the engine environment it needs (C(VLLM_PP_LAYER_PARTITION)
+          when uneven, C(CUDA_DEVICE_ORDER=PCI_BUS_ID) when stages differ; also in C(settings.environment));
           each of C(stages) gives its GPUs, C(layers) [start, end), weights, activation, non-torch,
           CUDA-graph and KV budget bytes, KV bytes per token, the blocks it fits and C(explain);
           C(engine_kv_tokens) is what the smallest stage (C(bounding_stage)) allows.
