@@ -259,8 +259,8 @@ def _evaluate(setup, partition, ms, util):
 def _balanced_partition(setup, ms, util_for):
     """The partition that gives the smallest stage the most blocks: layers in proportion to
     each stage's budget left after its fixed terms (weights without layers, activation,
-    non-torch, graphs), largest remainder first, then single layers moved while the engine's
-    block count grows (ties: more blocks in total). ``util_for(partition)`` is the utilization
+    non-torch, graphs), largest remainder first, then single layers moved while the stages'
+    block counts, smallest first, grow (leximin). ``util_for(partition)`` is the utilization
     that partition runs at (the user's, or derived: a graph pool outside the budget grows with
     a stage's layers)."""
     pp, n = setup.pp, setup.spec.num_layers
@@ -281,8 +281,10 @@ def _balanced_partition(setup, ms, util_for):
         partition[i] += 1
 
     def score(candidate):
-        stages, usable = _evaluate(setup, candidate, ms, util_for(candidate))
-        return usable, sum(st['blocks'] for st in stages)
+        # leximin: the smallest stage's blocks first, then the next smallest, ... (so that two
+        # stages tied at the minimum can be raised one move at a time)
+        stages, _usable = _evaluate(setup, candidate, ms, util_for(candidate))
+        return tuple(sorted(st['blocks'] for st in stages))
 
     best = score(partition)
     for _ in range(n * pp):
@@ -378,6 +380,8 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
                                      s, ', '.join(str(g.get('index', '?')) for g in stage),
                                      ' and '.join('%s %s' % (name or '?', vm._gib(total)) for name, total in kinds),
                                      tp))
+    if tp_value is not None and not (isinstance(tp_value, str) and tp_value.strip() == 'auto'):
+        knobs['tensor_parallel_size'] = tp          # user-set: the reason says so
     knobs = vm._checked_knobs(knobs, spec, version)
     return version, list(gpus[:tp * pp]), knobs, pp, tp, partition
 
@@ -442,7 +446,8 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
     charges_fit = True
     for st in stages:
         layout = st['layout']
-        kv_alloc = usable * layout.bytes_per_block if usable else 0
+        # every stage allocates the engine's block count (the null block included)
+        kv_alloc = bound['blocks'] * layout.bytes_per_block
         for row in st['rows']:
             gpu, total, budget = row['gpu'], row['total'], row['budget']
             slack = total - budget
@@ -534,7 +539,7 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
             non_torch_bytes=st['inside_nt'], cuda_graph_bytes=st['graph'],
             kv_budget_bytes=min(r['kv_budget'] for r in st['rows']),
             kv_bytes_per_token=st['layout'].bytes_per_token, kv_blocks=st['blocks'],
-            kv_cache_bytes=usable * st['layout'].bytes_per_block,
+            kv_cache_bytes=bound['blocks'] * st['layout'].bytes_per_block,
             kv_tokens=max(0, st['blocks'] - 1) * setup.block_size,
             explain='stage %d, GPU %s, layers %d-%d: weights %s + activation %s + non-torch %s%s leave %s of '
                     'the budget %s for KV = %d blocks of %d tokens x %s per token' % (

@@ -116,7 +116,8 @@ def test_pp2_on_two_4090s_stage_bytes_by_hand():
     assert last.terms['kv_blocks_stage'] < first.terms['kv_blocks_stage']
     assert plan.pipeline['bounding_stage'] == 1
     assert plan.kv_cache_tokens == (last.terms['kv_blocks_stage'] - 1) * 16
-    assert first.kv_cache == last.kv_cache == (last.terms['kv_blocks_stage'] - 1) * 1572864
+    # both stages allocate the engine's (smallest) block count, the null block included
+    assert first.kv_cache == last.kv_cache == last.terms['kv_blocks_stage'] * 1572864
 
 
 def test_pp_nccl_outside_the_budget_from_011_inside_before():
@@ -232,6 +233,9 @@ def test_tp2_x_pp2_on_four_a6000s():
     assert {g.terms['kv_bytes_per_token'] for g in plan.memory} == {81920}
     assert plan.memory[0].terms['tp_workspaces'] == vm.TP_WORKSPACE_BYTES
     assert plan.pipeline['stages'][1]['gpus'] == [2, 3]
+    assert plan.reasons['tensor_parallel_size'].startswith('set by the user (2 per stage)')
+    auto = plan_vllm(llama_70b(), gpus(A6000, A6000, A6000, A6000), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    assert auto.settings['tensor_parallel_size'] == 2 and 'GPUs given // stages' in auto.reasons['tensor_parallel_size']
 
 
 def test_tp_inside_a_stage_needs_one_kind():
@@ -343,3 +347,21 @@ def test_stage_spec_keeps_the_stage_layers():
     spec = dataclasses.replace(qwen_14b(), layer_kinds=[LAYER_SLIDING] * 8 + [LAYER_FULL] * 40)
     sub = vp.stage_spec(spec, 4, 12)
     assert sub.num_layers == 8 and sub.layer_kinds == [LAYER_SLIDING] * 4 + [LAYER_FULL] * 4
+
+
+def test_four_stage_mixed_partition_is_locally_best():
+    # Llama-3.3-70B geometry at 1 byte per weight (FP8-sized) on 2 x A6000 + 2 x RTX 4090
+    spec = dataclasses.replace(llama_70b(), weight_bytes=70553706496, quantization='fp8')
+    cards = gpus(A6000, A6000, RTX4090, RTX4090)
+    knobs = {'pipeline_parallel_size': 4}
+    plan = plan_vllm(spec, cards, TRAFFIC, knobs, '0.11.0')
+    partition = plan.pipeline['partition']
+    assert plan.feasible and sum(partition) == 80 and min(partition[:2]) > max(partition[2:])
+    for i in range(4):
+        for j in range(4):
+            if i != j:
+                moved = list(partition)
+                moved[i] -= 1
+                moved[j] += 1
+                other = plan_vllm(spec, cards, TRAFFIC, dict(knobs, pp_layer_partition=moved), '0.11.0')
+                assert other.kv_cache_tokens <= plan.kv_cache_tokens, moved
