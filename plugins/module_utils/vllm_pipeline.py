@@ -182,6 +182,14 @@ class _Setup:
                                                           'max_num_batched_tokens >= max_num_seqs' % mnbt)
         self.mnbt = mnbt
         self.layers_w, self.embedding, self.lm_head, self.norm, self.w_explain = weight_parts(spec, tp)
+        # Layers are charged alike. A MoE model whose first k layers are dense (DeepSeek's
+        # first_k_dense_replace) has smaller dense layers: every layer is charged the MoE
+        # layers' average (all layer bytes / MoE layers), which over-counts, never under.
+        dense = spec.extra.get('first_k_dense_replace') or 0 if spec.num_experts else 0
+        self.layer_divisor = spec.num_layers - dense if 0 < dense < spec.num_layers else spec.num_layers
+        if self.layer_divisor != spec.num_layers:
+            self.w_explain += ('; %d leading dense layers: every layer charged the MoE average, all layer '
+                               'bytes / %d MoE layers (an over-count)' % (dense, self.layer_divisor))
         self.non_torch_growth = 0 if self.acct.cublas_in_baseline else vm.NON_TORCH_GROWTH_BYTES
         self.tp_workspace = vm.TP_WORKSPACE_BYTES if tp > 1 else 0
 
@@ -194,7 +202,7 @@ def _stage(setup, s, start, end, ms, util):
     spec, tp, pp = setup.spec, setup.tp, setup.pp
     sub = stage_spec(spec, start, end)
     first, last = s == 0, s == pp - 1
-    layer_bytes = vm._cdiv(setup.layers_w * (end - start), spec.num_layers)
+    layer_bytes = vm._cdiv(setup.layers_w * (end - start), setup.layer_divisor)
     w_embed = setup.embedding if first else 0
     w_head = (setup.lm_head + setup.norm) if last else 0
     weights = layer_bytes + w_embed + w_head

@@ -365,3 +365,15 @@ def test_four_stage_mixed_partition_is_locally_best():
                 moved[j] += 1
                 other = plan_vllm(spec, cards, TRAFFIC, dict(knobs, pp_layer_partition=moved), '0.11.0')
                 assert other.kv_cache_tokens <= plan.kv_cache_tokens, moved
+
+
+def test_moe_with_leading_dense_layers_charges_every_layer_the_moe_average():
+    # DeepSeek-style: 3 dense layers then MoE; the planner does not know the dense layers'
+    # size, so each layer is charged all layer bytes / the 45 MoE layers (never less)
+    spec = qwen_14b(num_experts=64, num_experts_per_tok=8, moe_intermediate_size=1408,
+                    extra={'first_k_dense_replace': 3})
+    plan = plan_vllm(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    layers = 26425786368
+    assert [g.terms['weights_pp_layers'] for g in plan.memory] == [-(-layers * 24 // 45)] * 2
+    assert sum(g.terms['weights_pp_layers'] for g in plan.memory) > layers
+    assert '3 leading dense layers' in plan.memory[0].explain['weights']
