@@ -46,6 +46,8 @@ PP_KNOBS = ('pipeline_parallel_size', 'pp_layer_partition')
 # Knobs a PP plan does not model (the pinned KV size is per worker and the stages differ).
 PP_UNSUPPORTED_KNOBS = ('pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate')
 MAX_PIPELINE_PARALLEL = 16
+# Longest pp_layer_partition read: 16 stages of up to 3 digits, commas and spaces.
+MAX_PARTITION_TEXT = 128
 # Hidden states + residual: what a decoder stage hands the next (make_empty_intermediate_tensors).
 INTERMEDIATE_TENSORS = 2
 _PARTITION_ITEM_RE = re.compile(r'^\s*[+-]?\d+\s*$')
@@ -81,6 +83,9 @@ def parse_partition(value, num_layers, pp):
     vLLM checks VLLM_PP_LAYER_PARTITION (pp entries summing to num_hidden_layers) and more:
     every stage needs at least one layer. PlanInputError('pp_layer_partition') otherwise."""
     field = 'pp_layer_partition'
+    if isinstance(value, (str, list, tuple)) and len(value) > MAX_PARTITION_TEXT:
+        raise PlanInputError(field, 'is %d long; a partition has at most %d stages' % (
+            len(value), MAX_PIPELINE_PARALLEL))
     if isinstance(value, str):
         items = value.split(',')
         if not all(_PARTITION_ITEM_RE.match(item) for item in items):

@@ -284,6 +284,9 @@ def test_sliding_window_model_stages_have_their_own_layout():
     ([None, 63], 'entry 0 must be an integer'),
     ([32, 16, 16], '3 entries'),
     ({'a': 1}, 'must be a list'),
+    (','.join(['1'] * 100000), 'at most 16 stages'),
+    ([1] * 1000, 'at most 16 stages'),
+    ('99999999999999999999,-99999999999999999935', 'entry 1 is'),
     (64, 'must be a list'),
 ])
 def test_bad_partition_refused_naming_the_field(value, match):
