@@ -295,6 +295,9 @@ def plan_report(plan, name=None):
     title = '%s%s %s: %s' % ('%s - ' % name if name else '', plan.backend, plan.backend_version, verdict)
     lines = [title, 'args: %s' % ' '.join(plan.args)]
     lines.extend(memory_table(plan))
+    if getattr(plan, 'pipeline', None):
+        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_pipeline import report_lines
+        lines.extend(report_lines(plan.pipeline))
     lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
     lines.extend('reason %s: %s' % (knob, plan.reasons[knob]) for knob in sorted(plan.reasons))

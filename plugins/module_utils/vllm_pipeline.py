@@ -713,3 +713,31 @@ def offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, us
         weights_bytes=[m.weights for m in plan.memory], kv_cache_bytes=[m.kv_cache for m in plan.memory],
         not_fitting=plan.not_fitting)
     return result
+
+
+# ---------------------------------------------------------------- for people
+def report_lines(pipeline):
+    """plan_report lines for ``plan.pipeline``: each stage in bytes, and on mixed cards the
+    llama-box offload plan next to the vLLM stages."""
+    lines = ['pipeline: %d stages x TP %d, layers %s%s; engine KV %d tokens, bounded by stage %d' % (
+        pipeline['pipeline_parallel_size'], pipeline['tensor_parallel_size'],
+        ','.join(str(n) for n in pipeline['partition']),
+        ''.join(' (%s=%s)' % item for item in sorted(pipeline['environment'].items())),
+        pipeline['engine_kv_tokens'], pipeline['bounding_stage'])]
+    lines.extend(st['explain'] for st in pipeline['stages'])
+    cmp = pipeline.get('offload_comparison')
+    if cmp:
+        vllm_side = cmp['vllm']
+        lines.append('compare vllm PP: layers per GPU %s, weights %s, KV %s, %d KV tokens' % (
+            vllm_side['layers'], ' / '.join(vm._gib(b) for b in vllm_side['weights_bytes']),
+            ' / '.join(vm._gib(b) for b in vllm_side['kv_cache_bytes']), vllm_side['kv_tokens']))
+        if cmp.get('error'):
+            lines.append('compare %s %s offload: not planned (%s)' % (cmp['backend'], cmp['backend_version'],
+                                                                      cmp['error']))
+        else:
+            lines.append('compare %s %s %s offload: layers per GPU %s, weights %s, KV %s, %d KV tokens%s' % (
+                cmp['backend'], cmp['backend_version'], cmp['quantization'], cmp['layers'],
+                ' / '.join(vm._gib(b) for b in cmp['weights_bytes']),
+                ' / '.join(vm._gib(b) for b in cmp['kv_cache_bytes']), cmp['kv_tokens'],
+                '' if cmp['feasible'] else ' (does not fit: %s)' % '; '.join(cmp['not_fitting'])))
+    return lines

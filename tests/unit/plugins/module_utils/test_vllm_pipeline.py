@@ -215,6 +215,12 @@ def test_infeasible_pp_plan_fails_the_task_naming_the_stage():
     assert not result.get('failed'), result.get('msg')
     env = result['plan']['settings']['environment']
     assert env['VLLM_PP_LAYER_PARTITION'] == ','.join(str(n) for n in result['plan']['pipeline']['partition'])
+    # the report shows each stage in bytes and the llama-box alternative
+    report = result['plan_report']
+    assert any(line.startswith('pipeline: 2 stages x TP 1, layers %s' % env['VLLM_PP_LAYER_PARTITION'])
+               for line in report)
+    assert any(line.startswith('stage 1, GPU 1, layers ') and 'GiB' in line for line in report)
+    assert any(line.startswith('compare llama-box v0.0.171 F16 offload: layers per GPU') for line in report)
 
 
 # ------------------------------------------------------------------ TP x PP
