@@ -393,3 +393,27 @@ def test_moe_with_leading_dense_layers_charges_every_layer_the_moe_average():
     assert [g.terms['weights_pp_layers'] for g in plan.memory] == [-(-layers * 24 // 45)] * 2
     assert sum(g.terms['weights_pp_layers'] for g in plan.memory) > layers
     assert '3 leading dense layers' in plan.memory[0].explain['weights']
+
+
+def test_deploy_play_passes_the_plan_environment(tmp_path):
+    """deploy_models.yml hands the plan's settings.environment (VLLM_PP_LAYER_PARTITION) to
+    gpustack_model's env, under the inventory's own env; no environment and no env: omitted."""
+    from local_playbook import run_tasks_on_localhost
+    with open(os.path.join(REPO, 'playbooks', 'deploy_models.yml')) as handle:
+        plays = yaml.safe_load(handle)
+    task = next(t for play in plays for t in play.get('tasks', []) if 'kvpin.fleet.gpustack_model' in t)
+    expression = task['kvpin.fleet.gpustack_model']['env']
+    cases = [
+        ({'args': []}, {}),
+        ({'settings': {'max_model_len': 4096}}, {'env': {'HF_HUB_OFFLINE': '1'}}),
+        ({'settings': {'environment': {'VLLM_PP_LAYER_PARTITION': '44,20', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}}},
+         {'env': {'CUDA_DEVICE_ORDER': 'FASTEST_FIRST'}}),
+    ]
+    tasks = [{'name': 'case %d' % i, 'ansible.builtin.debug': {'msg': expression},
+              'vars': {'planned': {'plan': plan}, 'overrides': overrides}} for i, (plan, overrides) in enumerate(cases)]
+    proc = run_tasks_on_localhost(tmp_path, tasks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout.split('TASK [case ')
+    assert '"msg": "Hello world!"' in out[1]             # omitted: the module keeps its default
+    assert '"HF_HUB_OFFLINE": "1"' in out[2] and 'VLLM_PP' not in out[2]
+    assert '"VLLM_PP_LAYER_PARTITION": "44,20"' in out[3] and '"CUDA_DEVICE_ORDER": "FASTEST_FIRST"' in out[3]
