@@ -577,7 +577,11 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
     if not feasible:
         if partition_reason.startswith('set by the user'):
             suggestions.append('leave pp_layer_partition unset: the planner balances the stages')
-        suggestions.append('a quantized checkpoint or kv_cache_dtype=fp8, or more stages / GPUs')
+        if charges_fit and setup.kv_dtype == 'auto' and 'fp8' in prof.kv_cache_dtype_choices(version):
+            suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
+        if charges_fit and usable:
+            suggestions.append('max_model_len <= %d (what the smallest stage holds)' % kv_tokens)
+        suggestions.append('a quantized checkpoint, or more stages / GPUs')
         if mixed:
             suggestions.append('backend llama-box / llama.cpp with layer offload (pipeline.offload_comparison)')
     uneven = partition != [spec.num_layers // pp] * pp
@@ -650,6 +654,14 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         warnings.append('max_num_seqs %d is below the declared concurrency %d: the smallest stage (stage %d) '
                         'holds only %d sequences of %d tokens' % (
                             ms, traffic.max_concurrency, bound['stage'], ms, seq_tokens))
+    for st in stages:
+        for row in st['rows']:
+            free = row['gpu'].get('memory_free')
+            if isinstance(free, int) and not isinstance(free, bool) and free < row['budget']:
+                warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
+                                'stage %d will not start unless that memory is released first' % (
+                                    row['gpu'].get('index', '?'), vm._gib(free), vm._gib(row['budget']),
+                                    st['stage']))
     warnings.append('pipeline parallelism: a request passes every stage in turn; decode latency is the '
                     'sum of the stages, throughput needs several requests in flight')
     pipeline = {

@@ -417,3 +417,18 @@ def test_deploy_play_passes_the_plan_environment(tmp_path):
     assert '"msg": "Hello world!"' in out[1]             # omitted: the module keeps its default
     assert '"HF_HUB_OFFLINE": "1"' in out[2] and 'VLLM_PP' not in out[2]
     assert '"VLLM_PP_LAYER_PARTITION": "44,20"' in out[3] and '"CUDA_DEVICE_ORDER": "FASTEST_FIRST"' in out[3]
+
+
+def test_pp_from_091_and_startup_free_memory_warned():
+    cards = gpus(RTX4090, RTX4090)
+    cards[1]['memory_free'] = 10 * 1024 ** 3
+    plan = plan_vllm(qwen_14b(), cards, TRAFFIC, {'pipeline_parallel_size': 2}, '0.9.1')
+    assert plan.feasible and '--pipeline-parallel-size=2' in plan.args
+    assert any(w.startswith('GPU 1 has 10.00 GiB free now') and 'stage 1' in w for w in plan.warnings)
+
+
+def test_short_kv_suggests_fp8_and_a_shorter_length():
+    plan = plan_vllm(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 32768}, '0.11.0')
+    assert not plan.feasible and 'one 32768-token sequence needs 2048 blocks' in plan.not_fitting[0]
+    assert any(s.startswith('kv_cache_dtype=fp8') for s in plan.suggestions)
+    assert 'max_model_len <= %d (what the smallest stage holds)' % plan.kv_cache_tokens in plan.suggestions
