@@ -129,8 +129,8 @@ def test_pp_nccl_outside_the_budget_from_011_inside_before():
     assert new.terms['outside_pp_nccl_buffers'] == new.terms['pp_nccl_buffers']
     assert 'outside_pp_nccl_buffers' not in old.terms
     # what vLLM holds outside the budget is the sum of its parts, the PP group's buffers included
-    parts = [v for k, v in new.terms.items() if k.startswith('outside_') and k not in ('outside_resident',
-                                                                                      'outside_required')]
+    totals = ('outside_resident', 'outside_required')
+    parts = [v for k, v in new.terms.items() if k.startswith('outside_') and k not in totals]
     assert new.terms['outside_resident'] == sum(parts)
     assert new.headroom == new.total - new.budget - new.terms['outside_resident']
     assert new.terms['outside_required'] == (new.terms['outside_resident'] + new.terms['safety_margin']
