@@ -218,6 +218,23 @@ EXAMPLES = r'''
   ansible.builtin.debug:
     var: llama_plan.plan.args
 
+- name: Qwen2.5-32B over an RTX A6000 and an RTX 4090 with vLLM pipeline parallelism
+  kvpin.fleet.serving_plan:
+    backend: vllm
+    backend_version: 0.11.0
+    model: Qwen/Qwen2.5-32B-Instruct
+    gpus: "{{ ansible_facts.kvpin_gpus.gpus }}"
+    prompt_tokens_p99: 3000
+    max_output_tokens: 1000
+    max_concurrency: 1
+    max_model_len: 4096
+    pipeline_parallel_size: 2
+  register: pp_plan
+
+- name: Show the stages and the llama-box layer-offload alternative
+  ansible.builtin.debug:
+    var: pp_plan.plan.pipeline
+
 - name: Layer offload on one card with llama-box
   kvpin.fleet.serving_plan:
     backend: llama-box
