@@ -27,7 +27,9 @@ bounds the KV tokens and the concurrency. One gpu_memory_utilization applies to 
 
 On a node whose cards differ (an RTX A6000 with an RTX 4090), stages of different cards get
 an uneven ``VLLM_PP_LAYER_PARTITION``: layers in proportion to what each stage has free after
-its fixed terms, then moved one at a time while the smallest stage's blocks grow. The plan
+its fixed terms, then moved one at a time while the stages' block counts, smallest first, grow
+(each candidate at the utilization it would get); GPUs are staged in index order, with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers them the same way. The plan
 also carries llama-box's layer-offload plan of the same model on the same cards, so the two
 can be compared in layers, bytes and KV tokens. Entry point: ``plan_vllm_pipeline``.
 """

@@ -336,10 +336,10 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
 
 
 # ---------------------------------------------------------------- pipeline parallelism
-# --pipeline-parallel-size exists in every supported release (vllm/engine/arg_utils.py since
-# 0.5.1). Before 0.9.1 a plain `vllm serve -pp N` (no --distributed-executor-backend) made
-# the V1 oracle fall back to the V0 engine (vllm PR #18915, merged 2025-05-30, first in
-# 0.9.1, added the default backend to the V1 list); this planner models V1 only.
+# --pipeline-parallel-size (vllm/engine/arg_utils.py) is in every supported release. Before
+# 0.9.1 a plain `vllm serve -pp N` (no --distributed-executor-backend) made the V1 oracle fall
+# back to the V0 engine: vllm PR #18915 added the default backend to the V1 list, merged
+# 2025-05-30, after 0.9.0 was out, so first in 0.9.1. This planner models V1 only.
 FLAGS['pipeline_parallel_size'] = FlagRule(
     'pipeline_parallel_size', '--pipeline-parallel-size', None, None,
     'V1 engine with the default executor from 0.9.1 (V0 fallback before)')
