@@ -328,7 +328,8 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
     """(version, gpus, knobs without the PP ones, pp, tp, user partition or None)."""
     version = prof.parse_version(backend_version)
     knobs = {k: v for k, v in dict(knobs or {}).items() if v is not None}
-    if knobs.get('pipeline_parallel_size') == 1 and isinstance(knobs['pipeline_parallel_size'], int):
+    size = knobs.get('pipeline_parallel_size')
+    if size == 1 and isinstance(size, int) and not isinstance(size, bool):
         # one stage is no pipeline: the TP planner; a partition can then only be [num_layers]
         if 'pp_layer_partition' in knobs:
             parse_partition(knobs['pp_layer_partition'], spec.num_layers, 1)

@@ -316,6 +316,8 @@ def test_partition_forms_accepted():
 @pytest.mark.parametrize('knobs, version, field, match', [
     ({'pipeline_parallel_size': 0}, '0.11.0', 'pipeline_parallel_size', '>= 1'),
     ({'pipeline_parallel_size': 'two'}, '0.11.0', 'pipeline_parallel_size', 'whole number'),
+    ({'pipeline_parallel_size': True}, '0.11.0', 'pipeline_parallel_size', 'whole number'),
+    ({'pipeline_parallel_size': 2.5}, '0.11.0', 'pipeline_parallel_size', 'whole number'),
     ({'pipeline_parallel_size': 17}, '0.11.0', 'pipeline_parallel_size', '<= 16'),
     ({'pipeline_parallel_size': 4}, '0.11.0', 'pipeline_parallel_size', 'needs 4 GPUs, 2 given'),
     ({'pipeline_parallel_size': 2}, '0.9.0', 'pipeline_parallel_size', 'V0 engine'),
