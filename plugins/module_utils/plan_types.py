@@ -84,6 +84,9 @@ class Plan:
     # the filter kvpin_gpustack_vram_claim converts (see plugins/filter/gpustack.py).
     vram_claim_bytes: Optional[int] = None
     system_reserved_bytes: Optional[int] = None  # per GPU, kept outside GPUStack's booking
+    # vLLM pipeline parallelism only: the stages (layers, bytes, KV) and, on a node of mixed
+    # cards, the llama-box layer-offload plan of the same model to compare (vllm_pipeline).
+    pipeline: Optional[Dict[str, object]] = None
 
     def to_dict(self):
         return asdict(self)

@@ -30,6 +30,7 @@ VLLM_KNOBS = (
     'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
     'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
     'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate',
+    'pipeline_parallel_size', 'pp_layer_partition',
 )
 LLAMA_KNOBS = (
     'gpu_layers', 'ctx_size', 'parallel', 'flash_attn', 'cache_type_k', 'cache_type_v',
@@ -64,6 +65,8 @@ KNOB_TYPES = dict(
     pin_kv_cache_memory=dict(type='bool'),
     kv_cache_memory_bytes=dict(type='int'),
     cudagraph_memory_estimate=dict(type='bool'),
+    pipeline_parallel_size=dict(type='int'),
+    pp_layer_partition=dict(type='raw'),
     gpu_layers=dict(type='int'),
     ctx_size=dict(type='int'),
     parallel=dict(type='int'),
@@ -203,6 +206,8 @@ def check_knob_type(name, value):
         if not isinstance(value, (list, tuple)) or not all(
                 (_is_int(v) or isinstance(v, float)) and math.isfinite(v) for v in value):
             raise _knob_type_error(name, spec, value)
+    if name == 'pp_layer_partition':
+        return value    # a list or "40,24": vllm_pipeline.parse_partition checks every entry
     if kind == 'raw' and not (_is_int(value) or (isinstance(value, str) and (
             value.strip() == 'auto' or value.strip().isdigit()))):
         # tensor_parallel_size: an integer or "auto" (a templated "4" arrives as a string)
@@ -290,6 +295,9 @@ def plan_report(plan, name=None):
     title = '%s%s %s: %s' % ('%s - ' % name if name else '', plan.backend, plan.backend_version, verdict)
     lines = [title, 'args: %s' % ' '.join(plan.args)]
     lines.extend(memory_table(plan))
+    if getattr(plan, 'pipeline', None):
+        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_pipeline import report_lines
+        lines.extend(report_lines(plan.pipeline))
     lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
     lines.extend('reason %s: %s' % (knob, plan.reasons[knob]) for knob in sorted(plan.reasons))

@@ -131,7 +131,8 @@ KNOWN_KNOBS = ('tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len'
                'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
                'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate')
 FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.7) or llama.cpp '
-                 '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)')
+                 '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)'
+                 ', or vLLM pipeline parallelism, one stage per GPU kind (pipeline_parallel_size)')
 
 
 def safety_margin_bytes(total):
@@ -1153,6 +1154,10 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
 
     ``knobs`` holds the user-set engine options by serving_plan option name (KNOWN_KNOBS); a knob
     left out (or None) is derived, and every value in the plan says why in ``reasons``."""
+    from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
+    if vllm_pipeline.pipeline_requested(knobs):
+        # --pipeline-parallel-size / VLLM_PP_LAYER_PARTITION: the stages are planned there
+        return vllm_pipeline.plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version)
     version = prof.parse_version(backend_version)
     _check_spec(spec)
     spec = engine_spec(spec, version)

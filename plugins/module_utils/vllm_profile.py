@@ -521,3 +521,31 @@ def extensible_kv_bytes(requested, consumed, headroom, transient_peak):
     margin = max(EXTENSIBLE_MARGIN_FLOOR_BYTES, transient_peak * EXTENSIBLE_MARGIN_FRACTION_X100 // 100)
     available = min(requested - consumed, headroom - margin) - transient_peak
     return max(available, 0), margin
+
+
+# ---------------------------------------------------------------- pipeline parallelism
+# --pipeline-parallel-size (vllm/engine/arg_utils.py) is in every supported release. Before
+# 0.9.1 a plain `vllm serve -pp N` (no --distributed-executor-backend) made the V1 oracle fall
+# back to the V0 engine: vllm PR #18915 added the default backend to the V1 list, merged
+# 2025-05-30, after 0.9.0 was out, so first in 0.9.1. This planner models V1 only.
+FLAGS['pipeline_parallel_size'] = FlagRule(
+    'pipeline_parallel_size', '--pipeline-parallel-size', None, None,
+    'V1 engine with the default executor from 0.9.1 (V0 fallback before)')
+PIPELINE_V1_SINCE = (0, 9, 1)
+# VLLM_PP_LAYER_PARTITION (vllm/envs.py; read by get_pp_indices in vllm/distributed/utils.py):
+# comma-separated layers per stage; vLLM checks only the count (== pp) and the sum
+# (== num_hidden_layers). Without it, layers // pp per stage and the remainder r goes one each
+# to partitions[-2], [-3], ... [-(r + 1)] (vllm PR #13839, in every release since 0.8.0): never
+# to the last stage, and not to the first unless r == pp - 1.
+PP_LAYER_PARTITION_ENV = 'VLLM_PP_LAYER_PARTITION'
+# CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA C Programming
+# Guide, environment variables); NVML indexes are in PCI bus order.
+CUDA_DEVICE_ORDER_ENV = 'CUDA_DEVICE_ORDER'
+CUDA_DEVICE_ORDER_PCI = 'PCI_BUS_ID'
+PP_REMAINDER_RULE = ('layers // pp per stage; the remainder r goes one layer each to stages '
+                     'pp-2, pp-3, ... pp-1-r (never the last: vllm PR #13839, vLLM >= 0.8.0)')
+
+
+def pipeline_supported(version):
+    """True when ``vllm serve --pipeline-parallel-size N`` runs the V1 engine at ``version``."""
+    return version.at_least(PIPELINE_V1_SINCE)

@@ -141,6 +141,24 @@ options:
       - vLLM 0.18 and 0.19 - charge the CUDA graph estimate to the budget
         (C(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), the default from 0.20).
     type: bool
+  pipeline_parallel_size:
+    description:
+      - vLLM pipeline parallelism (C(--pipeline-parallel-size)), vLLM 0.9.1 and later (earlier
+        releases run it on the V0 engine, not modelled). The GPUs are taken in order, O(tensor_parallel_size)
+        per stage (default - the GPUs given divided by the stages); GPUs within a stage must be of one kind,
+        stages may differ (an RTX A6000 and an RTX 4090).
+      - Each stage is planned in bytes (C(plan.pipeline.stages)); the engine holds the smallest
+        stage's KV block count. On GPUs of different kinds the planner proposes an uneven
+        C(VLLM_PP_LAYER_PARTITION) and compares the plan with llama-box layer offload
+        (C(plan.pipeline.offload_comparison)).
+    type: int
+  pp_layer_partition:
+    description:
+      - vLLM layers per pipeline stage (C(VLLM_PP_LAYER_PARTITION)), a list of integers or the
+        C("40,24") form; one entry per stage, each at least 1, summing to the model's layers.
+      - Left unset, the planner uses vLLM's own split on GPUs of one kind and a balanced uneven
+        one across kinds; an uneven partition is returned in C(plan.settings.environment).
+    type: raw
   gpu_layers:
     description: llama-box / llama.cpp layers resident on GPU (C(-ngl)).
     type: int
@@ -203,6 +221,23 @@ EXAMPLES = r'''
 - name: Show the pinned arguments
   ansible.builtin.debug:
     var: llama_plan.plan.args
+
+- name: Qwen2.5-32B over an RTX A6000 and an RTX 4090 with vLLM pipeline parallelism
+  kvpin.fleet.serving_plan:
+    backend: vllm
+    backend_version: 0.11.0
+    model: Qwen/Qwen2.5-32B-Instruct
+    gpus: "{{ ansible_facts.kvpin_gpus.gpus }}"
+    prompt_tokens_p99: 3000
+    max_output_tokens: 1000
+    max_concurrency: 1
+    max_model_len: 4096
+    pipeline_parallel_size: 2
+  register: pp_plan
+
+- name: Show the stages and the llama-box layer-offload alternative
+  ansible.builtin.debug:
+    var: pp_plan.plan.pipeline
 
 - name: Layer offload on one card with llama-box
   kvpin.fleet.serving_plan:
@@ -372,6 +407,42 @@ plan:
               description: vLLM - NCCL collectives captured in graphs at TP > 1 without custom all-reduce (fitted).
               type: int
               returned: backend vllm
+            weights_pp_layers:
+              description: vLLM pipeline parallelism - the decoder layers of this GPU's stage (per-rank layer bytes x layers).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            weights_pp_embedding:
+              description: vLLM pipeline parallelism - the token embedding / TP, on the first stage (0 elsewhere).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            weights_pp_lm_head:
+              description: vLLM pipeline parallelism - lm_head / TP (the embedding when tied) + final norm, on the last stage (0 elsewhere).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            activation_pp_intermediate_tensors:
+              description: vLLM pipeline parallelism - hidden states + residual received from the previous stage (0 on the first).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            pp_nccl_buffers:
+              description: vLLM pipeline parallelism - NCCL buffers of the pipeline group.
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            outside_pp_nccl_buffers:
+              description: vLLM 0.11 and later with pipeline parallelism - the pipeline group's NCCL buffers, held outside the budget.
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            kv_blocks_stage:
+              description: vLLM pipeline parallelism - KV blocks this stage's budget fits (the engine takes the smallest).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            pp_stage:
+              description: vLLM pipeline parallelism - the stage this GPU runs (0 = first).
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
+            pp_stage_layers:
+              description: vLLM pipeline parallelism - decoder layers of this GPU's stage.
+              type: int
+              returned: backend vllm, with pipeline_parallel_size > 1
             non_torch_growth:
               description: vLLM - cuBLAS / attention-backend workspaces the profiler sees (fitted).
               type: int
@@ -558,6 +629,19 @@ plan:
     system_reserved_bytes:
       description: VRAM per GPU to keep outside GPUStack's booking.
       type: int
+      returned: always
+    pipeline:
+      description:
+        - vLLM with O(pipeline_parallel_size) > 1 - the stages, null otherwise. C(partition) is the
+          layers per stage; C(environment) the engine environment it needs (C(VLLM_PP_LAYER_PARTITION)
+          when uneven, C(CUDA_DEVICE_ORDER=PCI_BUS_ID) when stages differ; also in C(settings.environment));
+          each of C(stages) gives its GPUs, C(layers) [start, end), weights, activation, non-torch,
+          CUDA-graph and KV budget bytes, KV bytes per token, the blocks it fits and C(explain);
+          C(engine_kv_tokens) is what the smallest stage (C(bounding_stage)) allows.
+        - On GPUs of different kinds C(offload_comparison) holds llama-box's layer-offload plan of
+          the same model on the same GPUs (layers, weights and KV bytes per GPU, KV tokens) next to
+          the vLLM stages (C(offload_comparison.vllm)).
+      type: dict
       returned: always
 plan_report:
   description: The plan for people - verdict, arguments, per-GPU memory table in GiB, and the rule behind each value.

@@ -37,8 +37,10 @@ WATCHDOG = 'roles/serving_watchdog/files/kvpin_watchdog.py'
 NODE_STATE = 'plugins/module_utils/node_state.py'
 VLLM_MEMORY = 'plugins/module_utils/vllm_memory.py'
 SITE = 'playbooks/site.yml'
+VLLM_PIPELINE = 'plugins/module_utils/vllm_pipeline.py'
 
 T_VLLM = ['tests/unit/plugins/module_utils/test_vllm_memory.py', 'tests/unit/plugins/module_utils/test_serving_plan.py']
+T_PP = ['tests/unit/plugins/module_utils/test_vllm_pipeline.py']
 T_NODE = ['tests/unit/plugins/module_utils/test_node_state.py', 'tests/unit/plugins/filter/test_kvpin.py',
           'tests/unit/plugins/modules/test_node_state_module.py']
 T_WD_FAST = ['tests/unit/watchdog/test_watchdog_statistics.py', 'tests/unit/watchdog/test_watchdog_daemon.py']
@@ -68,6 +70,13 @@ MUTATIONS = [
              'return max(1, spec.num_kv_heads // tp)', 'return max(1, spec.num_kv_heads)', T_VLLM),
     Mutation('planner: feasibility comparison flipped (slack < required)', VLLM_MEMORY,
              '        if slack < required:\n', '        if slack > required:\n', T_VLLM),
+    Mutation('planner PP: engine KV from the largest stage', VLLM_PIPELINE,
+             "    usable = min(st['blocks'] for st in stages) - (1 if",
+             "    usable = max(st['blocks'] for st in stages) - (1 if", T_PP),
+    Mutation('planner PP: remainder layers on the last stage', VLLM_PIPELINE,
+             '    for i in range(2, num_layers % pp + 2):', '    for i in range(1, num_layers % pp + 1):', T_PP),
+    Mutation('planner PP: no partition search', VLLM_PIPELINE,
+             '    for _ in range(n * pp):', '    for _ in range(0):', T_PP),
     # -- drift comparison ------------------------------------------------------------------
     Mutation('node_state: mode ignored', NODE_STATE,
              'if spec.mode is not None and seen.get(\'mode\') != spec.mode:',

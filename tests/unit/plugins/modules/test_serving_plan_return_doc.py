@@ -49,6 +49,10 @@ def _cases():
     for tp in (1, 4):    # the V0 engine (no --kv-cache-memory-bytes to pin)
         yield 'vllm', _params(backend='vllm', backend_version='0.7.3', model='meta-llama/Llama-3.3-70B-Instruct',
                               gpus=_gpus('4090', tp), tensor_parallel_size=tp)
+    # pipeline parallelism across an RTX A6000 and an RTX 4090 (stage terms, the pipeline key)
+    yield 'vllm', _params(backend='vllm', backend_version='0.11.0', model='Qwen/Qwen2.5-32B-Instruct',
+                          gpus=_gpus('a6000', 1) + [dict(_gpus('4090', 1)[0], index=1)],
+                          pipeline_parallel_size=2)
     for backend, version in (('llama-box', 'v0.0.171'), ('llama.cpp', 'b5000')):
         for card, count, knobs in (('a6000', 1, {'quantization': 'Q4_K_M'}),
                                    ('4090', 2, {'quantization': 'Q8_0', 'gpu_layers': 20}),
