@@ -238,6 +238,14 @@ def _stage(setup, s, start, end, ms, util):
         total = cuda.cuda_total
         budget = vm.util_bytes(total, util) if util is not None else None
         kv_budget = None if budget is None else budget - charged
+        ext = None
+        if kv_budget is not None and setup.acct.extensible_kv_default:
+            # vLLM 0.34+: the extensible KV cache (on by default; a PP plan cannot pin the KV
+            # bytes, see _checked) sizes each worker from what is free after warm-up, less a
+            # >= 1 GiB margin: the stage holds the smaller of that and the util budget's rest.
+            ext = vm.extensible_sizing(setup.acct, tp, gpu, total, util, weights + inside_nt + graph,
+                                       act + (graph if setup.graphs_inside else 0))
+            kv_budget = min(kv_budget, ext['kv'])
         blocks = None if kv_budget is None else max(0, kv_budget) // layout.bytes_per_block
         outside, resident, required = vm.outside_terms(setup.acct, setup.graphs_inside, tp, gpu, graph)
         if setup.acct.nccl_in_baseline:
@@ -245,7 +253,7 @@ def _stage(setup, s, start, end, ms, util):
             resident += pp_nccl
             required += pp_nccl
         rows.append(dict(gpu=gpu, cuda=cuda, total=total, budget=budget, kv_budget=kv_budget,
-                         blocks=blocks, outside=outside, resident=resident, required=required))
+                         blocks=blocks, outside=outside, resident=resident, required=required, ext=ext))
     return dict(stage=s, start=start, end=end, layers=end - start, sub=sub, layout=layout,
                 weights=weights, w_layers=layer_bytes, w_embed=w_embed, w_head=w_head, act=act,
                 a_forward=a_terms['activation_forward_pass'], a_sampler=sampler, a_hidden=hidden,
@@ -501,6 +509,9 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                 'outside_resident': row['resident'], 'outside_required': row['required'],
                 'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
             }
+            if row['ext'] is not None:
+                terms['extensible_margin'] = row['ext']['margin']
+                terms['extensible_transient_peak'] = row['ext']['transient']
             terms.update(st['g_terms'])
             terms.update(('outside_' + name, size) for name, size in row['outside'].items())
             explain = {
@@ -537,7 +548,8 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                              '(stage %d bounds it) -> %s resident here' % (
                                  row['blocks'], vm._gib(layout.bytes_per_block), setup.block_size,
                                  st['layers'], vm._gib(layout.bytes_per_token // max(1, st['layers'])),
-                                 usable, bound['stage'], vm._gib(kv_alloc))),
+                                 usable, bound['stage'], vm._gib(kv_alloc))) + (
+                                     '; %s' % row['ext']['explain_kv'] if row['ext'] is not None else ''),
                 'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
                             'safety margin %s' % (vm._gib(vm.PROFILER_UNDERESTIMATE_BYTES), vm._gib(margin)),
             }

@@ -434,3 +434,19 @@ def test_short_kv_suggests_fp8_and_a_shorter_length():
     assert not plan.feasible and 'one 32768-token sequence needs 2048 blocks' in plan.not_fitting[0]
     assert any(s.startswith('kv_cache_dtype=fp8') for s in plan.suggestions)
     assert 'max_model_len <= %d (what the smallest stage holds)' % plan.kv_cache_tokens in plan.suggestions
+
+
+def test_pp_on_0_34_holds_no_more_kv_than_the_extensible_cache_leaves():
+    """vLLM 0.34's extensible KV cache (on by default) sizes each stage from what is free after
+    warm-up less a >= 1 GiB margin: at a utilization that leaves less than the margin free, a
+    stage's KV is the extensible figure, below the util budget's rest."""
+    knobs = {'pipeline_parallel_size': 2, 'max_num_seqs': 4, 'gpu_memory_utilization': 0.99}
+    plan = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.34.0')
+    util_era = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.33.0')
+    for gpu in plan.memory:
+        assert gpu.terms['extensible_margin'] >= 1 << 30
+        util_rest = gpu.budget - gpu.weights - gpu.activation - gpu.non_torch - gpu.cuda_graph
+        assert gpu.terms['kv_budget'] < util_rest
+        assert 'extensible KV cache (vLLM 0.34)' in gpu.explain['kv_cache']
+    assert plan.kv_cache_tokens < util_era.kv_cache_tokens
+    assert all('extensible_margin' not in gpu.terms for gpu in util_era.memory)
