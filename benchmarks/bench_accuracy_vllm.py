@@ -111,7 +111,12 @@ def nvml_total(entry):
     if row is not None:
         return row.nvml_total_mib * ct.MiB
     mib = entry.get('gpu_nvml_total_mib')
-    return None if mib is None else mib * ct.MiB
+    if mib is None:
+        return None
+    if isinstance(mib, bool) or not isinstance(mib, int) or not 1024 <= mib <= 1024 * 1024:
+        raise PlanInputError('%s.gpu_nvml_total_mib' % entry.get('id'),
+                             'must be a whole number of MiB in [1024, 1048576], got %r' % (mib,))
+    return mib * ct.MiB
 
 
 def unplanned_reason(entry):
@@ -126,8 +131,12 @@ def unplanned_reason(entry):
         prof.parse_version(entry['vllm_version'] or ASSUMED_VERSION)
     except PlanInputError as exc:
         return 'version unsupported on this branch (%s)' % exc
-    if nvml_total(entry) is None:
-        return 'no NVML total for %r (no cuda_total.CARD_GAPS row, none in the source)' % entry['gpu']
+    try:
+        total = nvml_total(entry)
+    except PlanInputError as exc:
+        return 'bad NVML total (%s)' % exc
+    if total is None:
+        return 'no NVML total for %r (no cuda_total.CARD_GAPS row, none in the entry)' % entry['gpu']
     try:
         resolve_model(_model_name(entry))
     except (PlanInputError, ValueError) as exc:
