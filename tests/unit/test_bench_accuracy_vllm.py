@@ -54,6 +54,11 @@ def test_a_supported_row_is_planned():
 
 
 @pytest.mark.parametrize('version', ['0.7.2', '0.6.4.post1', '0.8.4', '0.34.0'])
+def test_a_supported_v0_or_0_34_row_is_planned(version):
+    assert bench.unplanned_reason(dict(_planned_row(), vllm_version=version)) is None
+
+
+@pytest.mark.parametrize('version', ['0.6.0', '0.5.4', '0.4.0.post1'])
 def test_a_version_outside_the_supported_range_is_counted_not_planned(version):
     why = bench.unplanned_reason(dict(_planned_row(), vllm_version=version))
     assert why.startswith('version unsupported on this branch'), why
