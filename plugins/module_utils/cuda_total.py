@@ -97,12 +97,16 @@ CARD_GAPS = (
         'total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB" '
         '(https://github.com/vllm-project/vllm/pull/14447)'),
     CardGap(
-        'RTX 4090', ('4090',), 24564, _gap_from_log(24564, 2361), False,
+        'RTX 4090', ('4090',), 24564, 24564 * MiB - 25250627584, False,
+        'torch.cuda total 25250627584 B (23.52 GiB) in a vLLM 0.19.0 run record on an RTX 4090 '
+        '(https://github.com/casys-kaist/LLMServingSim/blob/5daddb21a545658d5150b535712d0494584b5278/'
+        'bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json), the smallest seen; '
         'nvidia-smi "23859MiB / 24564MiB" on 4 x RTX 4090 (https://github.com/vllm-project/vllm/issues/7553); '
         'torch on a 4090: "GPU 0 has a total capacity of 23.61 GiB" '
         '(https://github.com/pinokiofactory/flux-webui/issues/11); also 23.64 GiB '
         '(https://github.com/3DTopia/Phidias-Diffusion/issues/8) and 23.65 GiB '
-        '(https://github.com/HKUDS/GraphGPT/issues/29): the smallest is kept'),
+        '(https://github.com/HKUDS/GraphGPT/issues/29)',
+        ('llmservingsim-rtx4090-llama-3.1-8b-tp1-32k',)),
     CardGap(
         'RTX A6000', ('a6000',), 49140, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: nvidia-smi "67MiB / 49140MiB" '
