@@ -154,6 +154,21 @@ def render_flag(option, value=None):
     return flag if value is None else '%s=%s' % (flag, value)
 
 
+def kv_bytes_pin_default(version):
+    """(pin?, why): whether a plan pins its KV pool with --kv-cache-memory-bytes when the
+    deployment does not say (knob pin_kv_cache_memory unset). Pinned wherever the flag exists:
+    the pool is then a number in the argv, so a recycled instance (GPUStack recreates it from
+    the same backend_parameters) gets the same pool even when its torch.compile runs cold,
+    which a profiled budget charges as activation (vllm#54383: ~5 % less KV on a cold boot)."""
+    if flag_available('kv_cache_memory_bytes', version):
+        return True, ('vLLM %s has %s: the planned KV pool is pinned in bytes, so a recycled '
+                      'instance gets the same pool whether its torch.compile cache is warm or '
+                      'cold' % (version, flag_span('kv_cache_memory_bytes')))
+    return False, ('vLLM %s has no %s: the KV pool is what total x gpu_memory_utilization leaves '
+                   'after the profiled peak, which a cold torch.compile raises'
+                   % (version, flag_span('kv_cache_memory_bytes')))
+
+
 # ---------------------------------------------------------------- KV cache dtypes
 @dataclass(frozen=True)
 class KvDtypeRule:
