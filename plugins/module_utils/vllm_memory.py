@@ -971,7 +971,7 @@ def kv_pin_reason(ctx, ev):
         return 'set by the user (%d bytes per GPU)' % ev.kv_cache_memory_bytes
     mem = ev.memory[0]
     requested = util_bytes(mem.total, ev.util)
-    charged = ('weights %s + activation %s + non-torch %s%s' % (
+    charged = ('(weights %s + activation %s + non-torch %s%s)' % (
         _gib(mem.weights), _gib(mem.activation), _gib(mem.non_torch),
         (' + CUDA graphs %s' % _gib(mem.cuda_graph)) if ev.graphs_inside and mem.cuda_graph else ''))
     default_pin, default_why = prof.kv_bytes_pin_default(version)
@@ -1066,10 +1066,13 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
                             'full sequences will be preempted' % (ev.max_num_seqs, seq_blocks, ev.num_blocks))
     for gpu, mem in zip(gpus, ev.memory):
         free = gpu.get('memory_free')
-        if isinstance(free, int) and not ev.kv_cache_memory_bytes and free < mem.budget:
+        # init_device refuses to start unless free >= total x util, also when
+        # --kv-cache-memory-bytes pins the pool (the check does not look at it)
+        requested = util_bytes(mem.total, ev.util)
+        if isinstance(free, int) and free < requested:
             warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
                             'it will not start unless that memory is released first (e.g. it is this '
-                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(mem.budget)))
+                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(requested)))
     return feasible, not_fitting, suggestions, warnings
 
 

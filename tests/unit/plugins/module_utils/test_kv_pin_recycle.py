@@ -19,7 +19,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as 
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_FULL, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes
 
 A6000_TOTAL = 51527024640
 FLAG = '--kv-cache-memory-bytes='
@@ -81,6 +81,12 @@ def test_recycled_instance_carries_the_first_starts_kv_bytes(version):
     assert rerun.args == first.args
     assert rec.plan_model_change(record, model_record(rerun), 'present')['action'] == 'none'
     assert pinned_value(recycle(record)) == pinned == first.settings['kv_cache_memory_bytes']
+    # vLLM still checks free >= total x util at startup with the pool pinned (init_device), so a
+    # recycled instance starts only once its predecessor's memory is released: the plan says so
+    requested = vm.util_bytes(first.memory[0].total, first.settings['gpu_memory_utilization'])
+    assert not any('free at startup' in w for w in first.warnings)
+    assert sum('free at startup' in w and 'previous instance' in w for w in rerun.warnings) == 4
+    assert any(fmt_bytes(requested) in w for w in rerun.warnings)
     for mem in first.memory:
         assert mem.kv_cache == pinned
         assert mem.terms['cold_compile_margin'] == 0
