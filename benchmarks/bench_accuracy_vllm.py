@@ -267,7 +267,7 @@ def outside_table():
     traffic = Traffic(1000, 1000, 1)
     for name, total in cards:
         for tp in (1, 2, 4):
-            for version in ('0.10.1.1', '0.11.0', '0.20.0'):
+            for version in ('0.7.3', '0.10.1.1', '0.11.0', '0.20.0', '0.34.0'):
                 gpus = [dict(index=i, name=name, memory_total=total) for i in range(tp)]
                 plan = plan_vllm(spec, gpus, traffic, {'tensor_parallel_size': tp, 'max_num_seqs': 256,
                                                        'max_model_len': 4096}, version)
@@ -278,8 +278,9 @@ def outside_table():
                     name.replace('NVIDIA ', '')[:24], tp, version, _g(t['cuda_context']), _g(nccl_out),
                     _g(graphs_out), _g(t['profiler_underestimate_buffer']), _g(t['safety_margin']),
                     _g(t['outside_required']), plan.settings['gpu_memory_utilization']))
-    print('util = floor to 0.01 of (total - outside) / total; 0.10.x charges NCCL inside the budget, '
-          '0.11+ holds it outside; 0.20+ charges the graph pool inside.')
+    print('util = floor to 0.01 of (total - outside) / total; 0.10.x (and V0, 0.7.3) charges NCCL inside the '
+          'budget, 0.11+ holds it outside; 0.20+ charges the graph pool inside; 0.34 measures it inside '
+          '(extensible KV cache) and holds cuBLAS handles outside.')
 
 
 if __name__ == '__main__':

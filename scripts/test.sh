@@ -37,7 +37,8 @@ run_step() {
 step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
 
 # tests/adversarial: hostile inputs (HTTP servers on 127.0.0.1, model files, plan terms).
-step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider; }
+# --durations: the slowest tests are printed so that the next CI-time cut has figures.
+step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider --durations=15; }
 
 step_lint() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/ansible-lint"; }
 
@@ -79,7 +80,7 @@ step_bench() {
     return "$rc"
 }
 
-step_integration() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/pytest" tests/integration -q -p no:cacheprovider; }
+step_integration() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/pytest" tests/integration -q -p no:cacheprovider --durations=25; }
 
 main() {
     local total_start=$SECONDS step i passed=0 failed=0

@@ -20,7 +20,7 @@ of the card. Every estimated term below says what it was fitted on. Public entry
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
@@ -364,7 +364,8 @@ def outside_terms(acct, graphs_inside, tp, gpu, graph_pool):
     share of the card's NVML memory_total (the larger total: the margin does not shrink
     because the driver keeps part of the card)."""
     total = gpu['memory_total']
-    parts = {'cuda_context': CUDA_CONTEXT_BYTES}
+    # vLLM 0.6.4.x / 0.8.x count the CUDA context inside the budget (device-wide non-torch)
+    parts = {} if acct.device_wide_non_torch else {'cuda_context': CUDA_CONTEXT_BYTES}
     if acct.nccl_in_baseline and tp > 1:
         parts['nccl_buffers'] = nccl_buffer_bytes(tp, gpu.get('name'))
     if acct.cublas_in_baseline:
@@ -512,6 +513,8 @@ class _Eval:
     graphs_inside: bool = False
     vram_claim: int = 0
     system_reserved: int = 0
+    chunked_prefill: bool = True     # V0 below 32k: off (vLLM's own default, pinned)
+    extensible: bool = False         # vLLM 0.34+ extensible KV cache left on (KV not pinned)
 
 
 class _Context:
@@ -532,6 +535,10 @@ class _Context:
         else:
             self.graphs_inside = False
         self.estimate_env = None if estimate is None else ('1' if estimate else '0')
+        # vLLM 0.34+: the extensible KV cache stays on unless the plan pins the KV bytes
+        # (--kv-cache-memory-bytes turns it off): see extensible_mode_reason.
+        self.extensible = self.acct.extensible_kv_default and not (
+            knobs.get('kv_cache_memory_bytes') or knobs.get('pin_kv_cache_memory'))
 
 
 def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain, non_torch_growth,
@@ -554,7 +561,9 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                          (' + TP workspaces %s (fitted 0.55 - 0.13 GiB, llm-d TP2)' % _gib(tp_workspace))
                          if tp_workspace else '',
                          (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
-                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else ''),
+                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
+                         ' + CUDA context %s (this version measures non-torch memory device-wide)'
+                         % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
         'nccl_buffers': '%d ring connections x %d NCCL channels x %s (fitted: 0.93 GiB per NVLink '
                         'peer, llm-d H100 TP2 free-at-startup) -> %s, %s' % (
                             ring_connections(tp), nccl_channels(gpu.get('name')),
@@ -590,10 +599,19 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             block_size = prof.MLA_BLOCK_SIZE
             reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
         else:
-            block_size = prof.DEFAULT_BLOCK_SIZE
+            block_size = prof.default_block_size(version)
     first = gpus[0]
-    defaults = prof.batch_defaults(version, first.get('name'), first['memory_total'])
+    chunked = True
     mnbt = knobs.get('max_num_batched_tokens')
+    if acct.engine == 'v0':
+        pre = prof.v0_prefill_defaults(version, max_model_len, bool(spec.sliding_window), mnbt)
+        chunked = pre.chunked_prefill
+        reasons['enable_chunked_prefill'] = pre.rule
+        if mnbt is None:
+            mnbt = pre.max_num_batched_tokens
+            reasons['max_num_batched_tokens'] = pre.rule
+    else:
+        defaults = prof.batch_defaults(version, first.get('name'), first['memory_total'])
     if mnbt is None:
         mnbt = defaults.max_num_batched_tokens
         reasons['max_num_batched_tokens'] = defaults.rule + ' (chunked prefill on; pinned so the ' \
@@ -608,6 +626,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     user_util = knobs.get('gpu_memory_utilization')
     pinned_user = knobs.get('kv_cache_memory_bytes')
     pin_knob = knobs.get('pin_kv_cache_memory')
+    # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
+    cold_applies = acct.engine != 'v0'
     pin_wanted = pinned_user is None and (
         pin_knob if pin_knob is not None else prof.kv_bytes_pin_default(version)[0])
     weights, w_terms, w_explain = weights_per_gpu(spec, tp)
@@ -624,7 +644,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     cudas = [cuda_total_of(gpu, position) for position, gpu in enumerate(gpus)]
     for gpu, cuda in zip(gpus, cudas):
         total = cuda.cuda_total
-        required = outside_terms(acct, ctx.graphs_inside, tp, gpu, graph_for(ms_upper)[0])[2]
+        required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu, graph_for(ms_upper)[0])[2]
         util_here = floor_util(total - required, total)
         derived = util_here if derived is None else min(derived, util_here)
     if user_util is not None:
@@ -636,7 +656,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
         reasons['gpu_memory_utilization'] = (
             'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
             'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
-                util, version, prof.default_gpu_memory_utilization(version), version))
+                util, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
+                prof.default_gpu_memory_utilization(version), version))
 
     def blocks_for(ms, cold_margin):
         """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs; with
@@ -647,11 +668,18 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             nccl = nccl_buffer_bytes(tp, gpu.get('name'))
             act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt)
             graph, g_terms, g_explain = graph_for(ms)
-            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl)
+            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
+                CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
             charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
             cold = 0
+            ext = None
             if pinned_user is not None:
                 kv_budget = pinned_user
+            elif ctx.extensible:
+                ext = extensible_sizing(acct, tp, gpu, total, util, weights + inside_nt + graph,
+                                        act + (graph if ctx.graphs_inside else 0))
+                kv_budget = ext['kv']
+                charged = ext['consumed'] + ext['transient']
             else:
                 kv_budget = util_bytes(total, util) - charged
                 if cold_margin:
@@ -661,24 +689,25 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             rows.append(dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
                              a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
                              inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
-                             cold=cold))
-        usable = min(r['blocks'] for r in rows) - (1 if acct.holds_null_block else 0)
+                             cold=cold, ext=ext))
+        fewest = min(r['blocks'] for r in rows)
+        usable = fewest - acct.held_back_blocks(fewest)
         return max(0, usable), rows
 
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
     seq_blocks = layout.blocks_per_request(seq_tokens)
     if user_ms is not None:
         ms = user_ms
-        usable, rows = blocks_for(ms, not pin_wanted)
+        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         reasons['max_num_seqs'] = 'set by the user (%d)' % ms
     else:
         ms = ms_upper
-        usable, rows = blocks_for(ms, not pin_wanted)
+        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         fit = usable // seq_blocks
         if fit < ms:
             # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
             ms = max(1, fit)
-            usable, rows = blocks_for(ms, not pin_wanted)
+            usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         reasons['max_num_seqs'] = (
             'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
             '= %d: the declared traffic cannot oversubscribe the KV pool' % (
@@ -687,7 +716,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     if pin_wanted and usable <= 0:
         # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
         pin_wanted = False
-        usable, rows = blocks_for(ms, True)
+        usable, rows = blocks_for(ms, cold_applies)
     if pin_wanted:
         # the planned pool, never more than the util budget left after the charged terms
         pinned_bytes = (usable + (1 if acct.holds_null_block else 0)) * layout.bytes_per_block
@@ -700,7 +729,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     for row in rows:
         total, gpu = row['total'], row['gpu']
         kv_alloc = row['blocks'] * layout.bytes_per_block
-        outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside, tp, gpu, row['graph'])
+        outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu,
+                                                            row['graph'])
         margin = safety_margin_bytes(row['cuda'].nvml_total)
         if pinned_bytes:
             budget = row['charged'] + pinned_bytes
@@ -739,8 +769,14 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
         })
         terms.update(('outside_' + name, size) for name, size in outside.items())
+        if row['ext']:
+            terms['extensible_margin'] = row['ext']['margin']
+            terms['extensible_transient_peak'] = row['ext']['transient']
         explain = _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                            non_torch_growth, tp_workspace, margin)
+        if row['ext']:
+            explain['budget'] = row['ext']['explain_budget']
+            explain['kv_cache'] = '%s; %s' % (row['ext']['explain_kv'], explain['kv_cache'])
         memory.append(GpuMemory(
             index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
             weights=weights, activation=row['act'], non_torch=row['inside_nt'],
@@ -759,7 +795,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
                  block_size=block_size, layout=layout, memory=memory, num_blocks=max(0, usable),
                  kv_cache_memory_bytes=pinned_bytes, slack=slack_min, charges_fit=charges_fit,
                  not_fitting=not_fitting, reasons=reasons, derived_util=derived,
-                 graphs_inside=ctx.graphs_inside, vram_claim=vram_claim, system_reserved=system_reserved)
+                 graphs_inside=ctx.graphs_inside, vram_claim=vram_claim, system_reserved=system_reserved,
+                 chunked_prefill=chunked, extensible=ctx.extensible)
 
 
 def _fits_one_sequence(ev, max_model_len):
@@ -768,6 +805,94 @@ def _fits_one_sequence(ev, max_model_len):
 
 def _feasible(ev, max_model_len):
     return ev.charges_fit and not ev.not_fitting and _fits_one_sequence(ev, max_model_len)
+
+
+# ---------------------------------------------------------------- eras: V0, 0.34 extensible KV
+def engine_spec(spec, version):
+    """The model as this version's KV cache manager lays it out. V0 (before 0.8.0) has no hybrid
+    KV manager: interleaved sliding windows are turned off (every layer caches every token) and a
+    uniform window only frees whole blocks behind it, so sliding layers are planned as full
+    attention (the bound, never under it). MLA on V0 (0.7.1+) was not read: refused."""
+    if prof.accounting(version).engine != 'v0':
+        return spec
+    if LAYER_MLA in spec.layer_kinds:
+        raise PlanInputError('model', '%s uses MLA attention; its KV layout on the V0 engine (vLLM %s) is '
+                             'not modelled: use vLLM %s or later (the V1 engine)' % (
+                                 spec.name, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
+    if LAYER_SLIDING not in spec.layer_kinds:
+        return spec
+    return replace(spec, layer_kinds=[LAYER_FULL if k == LAYER_SLIDING else k for k in spec.layer_kinds])
+
+
+def v0_shared_gpu_warnings(ctx):
+    """vLLM 0.6.4.x and 0.8.x count memory other processes hold on the GPU as their own non-torch memory."""
+    if not ctx.acct.device_wide_non_torch:
+        return []
+    busy = [gpu for gpu in ctx.gpus if isinstance(gpu.get('memory_used'), int) and gpu['memory_used'] > 0]
+    return ['GPU %s has %s in use now: vLLM %s counts memory other processes hold on the GPU as its own '
+            'non-torch memory and takes it out of its KV budget (the plan assumes the GPU to itself); '
+            'start it on an idle GPU' % (
+                gpu.get('index', '?'), _gib(gpu['memory_used']), ctx.version) for gpu in busy]
+
+
+def extensible_sizing(acct, tp, gpu, total, util, consumed, transient):
+    """vLLM 0.34's extensible KV cache on one GPU, from the planned terms (bytes):
+
+        requested = ceil(total x util)
+        consumed  = weights + workspaces + CUDA graph pool: what the engine holds after warm-up
+                    and graph capture, measured from the init snapshot (taken after the CUDA
+                    context, NCCL and cuBLAS handles: the baseline)
+        headroom  = total - baseline - consumed: free memory after warm-up on a GPU of its own
+        transient = the profiled activation peak (+ the CUDA graph estimate while
+                    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the default), kept free in full
+        margin    = max(1 GiB, 0.75 x transient)
+        kv        = min(requested - consumed, headroom - margin) - transient"""
+    baseline = outside_terms(acct, True, tp, gpu, 0)[1]
+    requested = util_bytes(total, util)
+    headroom = total - baseline - consumed
+    kv, margin = prof.extensible_kv_bytes(requested, consumed, headroom, transient)
+    bound = 'the util cap' if requested - consumed <= headroom - margin else 'free memory after warm-up'
+    explain_budget = ('cap ceil(total x gpu_memory_utilization %g) = %s (extensible KV cache: a cap, not a '
+                      'reservation; vLLM 0.34 skips the startup free-memory check)' % (util, _gib(requested)))
+    explain_kv = ('extensible KV cache (vLLM 0.34): min(cap %s - consumed %s, headroom %s - margin %s) - '
+                  'transient peak %s = %s, bound by %s; consumed = weights + workspaces + CUDA graph pool, '
+                  'headroom = total - baseline (CUDA context, NCCL, cuBLAS) %s - consumed, margin = '
+                  'max(1 GiB, 0.75 x transient), of which %s stays free for non-torch allocations '
+                  '(vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes)' % (
+                      _gib(requested), _gib(consumed), _gib(headroom), _gib(margin), _gib(transient),
+                      _gib(kv), bound, _gib(baseline), _gib(prof.EXTENSIBLE_NON_TORCH_RESERVE_BYTES)))
+    return dict(kv=kv, margin=margin, transient=transient, consumed=consumed, requested=requested,
+                headroom=headroom, explain_budget=explain_budget, explain_kv=explain_kv)
+
+
+def extensible_mode_reason(ctx):
+    """Why this 0.34+ plan keeps the extensible KV cache on, or pins the KV bytes (turning it off)."""
+    version = ctx.version
+    if ctx.extensible:
+        return ('vLLM %s extensible KV cache ON (single-tenant GPU): pinned --enable-extensible-kv-cache '
+                '(vLLM refuses to start where the driver lacks VMM instead of silently falling back to '
+                'estimate-based sizing) and an explicit --gpu-memory-utilization (vLLM would default to '
+                '1.0): the cap keeps the safety margin and the terms held outside the budget free and '
+                'is what GPUStack books; vLLM sizes the KV after warm-up and CUDA graph capture from '
+                'what is then free, less its own margin of max(1 GiB, 0.75 x transient peak). vLLM logs '
+                'that a utilization below 1.0 withholds memory from the KV cache: expected. On a GPU '
+                'shared with another instance set pin_kv_cache_memory (or kv_cache_memory_bytes)' % version)
+    return ('vLLM %s extensible KV cache OFF: --kv-cache-memory-bytes pins the KV pool (it turns the '
+            'mode off), with an explicit --gpu-memory-utilization. For a GPU shared with another '
+            'instance: the extensible cache sizes itself from whatever is free once warm-up ends and '
+            'skips the startup free-memory check, so next to a neighbour it takes what the neighbour '
+            'has not yet allocated (and the neighbour then runs out) or starts silently smaller than '
+            'planned; pinned bytes make the pool the planned one on every (re)start, and vLLM fails at '
+            'startup instead when the memory is not there' % version)
+
+
+def extensible_free_warning(ctx, gpu, free, mem):
+    """A GPU with less free now than the cap: 0.34's extensible cache would start anyway, smaller."""
+    return ('GPU %s has %s free now, less than the %s cap (total x util) of this vLLM %s plan: with the '
+            'extensible KV cache vLLM skips the startup free-memory check and would size the KV from '
+            'what is free after warm-up, up to %s less than planned; if another process shares this '
+            'GPU set pin_kv_cache_memory so the pool is pinned in bytes' % (
+                gpu.get('index', '?'), _gib(free), _gib(mem.budget), ctx.version, _gib(mem.budget - free)))
 
 
 # ---------------------------------------------------------------- public entry point
@@ -787,9 +912,9 @@ def _checked_knobs(knobs, spec, version):
         _bool_knob(knobs, name)
     if 'block_size' in knobs:
         knobs['block_size'] = _int_knob(knobs, 'block_size', 1, 4096)
-        if knobs['block_size'] not in prof.BLOCK_SIZE_CHOICES:
-            raise PlanInputError('block_size', 'must be one of %s, got %d' % (
-                ', '.join(str(b) for b in prof.BLOCK_SIZE_CHOICES), knobs['block_size']))
+        if knobs['block_size'] not in prof.block_size_choices(version):
+            raise PlanInputError('block_size', 'must be one of %s for vLLM %s, got %d' % (
+                ', '.join(str(b) for b in prof.block_size_choices(version)), version, knobs['block_size']))
     if 'gpu_memory_utilization' in knobs:
         util = knobs['gpu_memory_utilization']
         if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
@@ -936,9 +1061,21 @@ def _engine_args(ctx, ev, max_model_len):
     args.append(prof.render_flag('max_num_batched_tokens', ev.max_num_batched_tokens))
     if 'max_num_batched_tokens' in knobs:
         reasons['max_num_batched_tokens'] = 'set by the user (%d)' % ev.max_num_batched_tokens
-    args.append(prof.render_flag('enable_chunked_prefill'))
-    reasons['enable_chunked_prefill'] = ('on: prefill is split into max_num_batched_tokens chunks, so '
-                                         'the activation peak does not grow with max_model_len')
+    if ev.chunked_prefill:
+        args.append(prof.render_flag('enable_chunked_prefill'))
+    else:
+        args.append(prof.render_flag('enable_chunked_prefill', 'False'))
+        settings['enable_chunked_prefill'] = False
+    reasons['enable_chunked_prefill'] = ev.reasons.get('enable_chunked_prefill', (
+        'on: prefill is split into max_num_batched_tokens chunks, so the activation peak does not '
+        'grow with max_model_len'))
+    if ctx.acct.extensible_kv_default:
+        reasons['kv_cache_sizing'] = extensible_mode_reason(ctx)
+        if ev.extensible:
+            args.append(prof.render_flag('enable_extensible_kv_cache'))
+            settings['enable_extensible_kv_cache'] = True
+        else:
+            settings['enable_extensible_kv_cache'] = False
     if prof.flag_available('swap_space', version):
         args.append(prof.render_flag('swap_space', 0))
         settings['swap_space'] = 0
@@ -951,7 +1088,7 @@ def _engine_args(ctx, ev, max_model_len):
         rules.append('vLLM %s: no %s -> not passed' % (version, prof.flag_span('swap_space')))
     if ev.kv_dtype != 'auto':
         args.append(prof.render_flag('kv_cache_dtype', ev.kv_dtype))
-    if 'block_size' in knobs or ev.block_size != prof.DEFAULT_BLOCK_SIZE:
+    if 'block_size' in knobs or ev.block_size != prof.default_block_size(version):
         args.append(prof.render_flag('block_size', ev.block_size))
         reasons['block_size'] = ev.reasons.get('block_size', 'set by the user (%d)' % ev.block_size)
     if ctx.enforce_eager:
@@ -968,37 +1105,45 @@ def kv_pin_reason(ctx, ev):
     """Why the KV pool is (or is not) pinned in bytes, and what charges against it."""
     version, knobs = ctx.version, ctx.knobs
     if knobs.get('kv_cache_memory_bytes'):
-        return 'set by the user (%d bytes per GPU)' % ev.kv_cache_memory_bytes
+        return 'set by the user'
     mem = ev.memory[0]
     requested = util_bytes(mem.total, ev.util)
+    graphs = mem.cuda_graph if ev.graphs_inside else 0
     charged = ('(weights %s + activation %s + non-torch %s%s)' % (
         _gib(mem.weights), _gib(mem.activation), _gib(mem.non_torch),
-        (' + CUDA graphs %s' % _gib(mem.cuda_graph)) if ev.graphs_inside and mem.cuda_graph else ''))
+        (' + CUDA graphs %s' % _gib(graphs)) if graphs else ''))
     default_pin, default_why = prof.kv_bytes_pin_default(version)
-    source = ('pin_kv_cache_memory set by the user' if knobs.get('pin_kv_cache_memory') is not None
-              else 'default')
+    user_set = knobs.get('pin_kv_cache_memory') is not None
     if ev.kv_cache_memory_bytes:
         return ('pinned (%s): %d blocks x %s = %d bytes per GPU, the KV pool the plan computed '
                 'from the budget and never more: ceil(total %s x util %g) = %s - %s leaves %s, '
-                'floored to whole blocks. %s' % (
-                    source if source != 'default' else 'default; ' + default_why,
+                'floored to whole blocks. A recycled instance gets this same pool; its cold '
+                'torch.compile no longer sizes it' % (
+                    'pin_kv_cache_memory set by the user' if user_set else 'default; ' + default_why,
                     ev.kv_cache_memory_bytes // ev.layout.bytes_per_block,
                     _gib(ev.layout.bytes_per_block), ev.kv_cache_memory_bytes, _gib(mem.total), ev.util,
-                    _gib(requested), charged, _gib(requested - mem.weights - mem.activation - mem.non_torch
-                                                   - (mem.cuda_graph if ev.graphs_inside else 0)),
-                    'A recycled instance gets this same pool; its cold torch.compile no longer '
-                    'sizes it'))
-    if not default_pin:
-        why = default_why
-    elif knobs.get('pin_kv_cache_memory') is False:
+                    _gib(requested), charged,
+                    _gib(requested - mem.weights - mem.activation - mem.non_torch - graphs)))
+    if ev.extensible:
+        return 'not passed: %s' % (
+            'pin_kv_cache_memory false (set by the user); the extensible KV cache sizes the pool'
+            if user_set else default_why)
+    if knobs.get('pin_kv_cache_memory') is False:
         why = 'pin_kv_cache_memory false (set by the user)'
+    elif not default_pin:
+        why = default_why
     else:
         why = 'the charged terms leave no KV pool to pin'
+    cold = mem.terms.get('cold_compile_margin', 0)
+    if cold:
+        then = ('- a cold-compile margin %s (5 %% of the warm KV budget, vllm#54383), so the plan '
+                'describes a cold start (first boot of this shape, or a recycled instance without a '
+                'persistent compile cache) and a warm one gets more' % _gib(cold))
+    else:
+        then = ('and no cold-compile margin: vLLM %s runs the V0 engine, which compiles nothing with '
+                'torch.compile by default' % version) if ctx.acct.engine == 'v0' else '(nothing left)'
     return ('not passed: %s. Instead --gpu-memory-utilization=%g is pinned explicitly and the KV '
-            'budget = ceil(total x util) %s - %s - a cold-compile margin %s (5 %% of the warm KV '
-            'budget, vllm#54383), so the plan describes a cold start (first boot of this shape, or '
-            'a recycled instance without a persistent compile cache) and a warm one gets more' % (
-                why, ev.util, _gib(requested), charged, _gib(mem.terms.get('cold_compile_margin', 0))))
+            'budget = ceil(total x util) %s - %s %s' % (why, ev.util, _gib(requested), charged, then))
 
 
 def kv_capacity(ev, max_model_len):
@@ -1069,7 +1214,9 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
         # init_device refuses to start unless free >= total x util, also when
         # --kv-cache-memory-bytes pins the pool (the check does not look at it)
         requested = util_bytes(mem.total, ev.util)
-        if isinstance(free, int) and free < requested:
+        if isinstance(free, int) and ev.extensible and free < mem.budget:
+            warnings.append(extensible_free_warning(ctx, gpu, free, mem))
+        elif isinstance(free, int) and free < requested:
             warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
                             'it will not start unless that memory is released first (e.g. it is this '
                             'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(requested)))
@@ -1083,11 +1230,14 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
     left out (or None) is derived, and every value in the plan says why in ``reasons``."""
     version = prof.parse_version(backend_version)
     _check_spec(spec)
+    spec = engine_spec(spec, version)
     _check_traffic(traffic)
     gpus = _check_gpus(gpus)
     knobs = _checked_knobs(knobs, spec, version)
     ctx = _Context(spec, gpus, traffic, knobs, version)
     max_model_len, len_reason, warnings, beyond_model = derive_max_model_len(spec, traffic, knobs)
+    warnings.extend(prof.version_warnings(version))
+    warnings.extend(v0_shared_gpu_warnings(ctx))
     candidates, auto_tp = _tp_candidates(spec, gpus, knobs)
     ev, switched = _choose(ctx, candidates, max_model_len)
     reasons = {'max_model_len': len_reason}

@@ -4,7 +4,7 @@
 """The one table of vLLM version facts: flags, defaults and memory-accounting eras.
 
 Every fact here was read in the released vLLM wheels listed in
-docs/architecture.md (0.8.5.post1 … 0.33.0). A range ``[since, until)`` uses the
+docs/architecture.md and docs/vllm-versions.md (0.6.1 … 0.34.0). A range ``[since, until)`` uses the
 first wheel where the code differs; releases between two read wheels (e.g. 0.9.0/0.9.1,
 0.17.1, 0.21.0) are bracketed, and the bracket is put at the later release's first
 version number. Nothing else in kvpin.fleet may hard-code a vLLM version.
@@ -19,10 +19,16 @@ from typing import Optional, Tuple
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
-# Supported: every V1-engine release whose memory accounting was read (0.8.5 … 0.33.x).
-SUPPORTED_SINCE = (0, 8, 5)
-SUPPORTED_UNTIL = (0, 34, 0)
-SUPPORTED_TEXT = '0.8.5 … 0.33.x'
+# Supported: every release from the oldest one a GPUStack release pinned (gpustack 0.3.0:
+# vllm = "^0.6.1") on; docs/vllm-versions.md lists what each GPUStack release pinned or shipped.
+# Releases from NEWEST_READ_UNTIL on were not read: they are planned with the newest era's rules
+# and the plan says so (version_warnings). Only releases older than SUPPORTED_SINCE are refused.
+SUPPORTED_SINCE = (0, 6, 1)
+SUPPORTED_UNTIL = None
+SUPPORTED_TEXT = '0.6.1 and later (read: 0.6.1 … 0.34.x)'
+OLDEST_SUPPORTED_TEXT = '0.6.1'
+NEWEST_READ_UNTIL = (0, 35, 0)
+NEWEST_READ_TEXT = '0.34.0'
 
 _VERSION_RE = re.compile(
     r'^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?'
@@ -78,10 +84,22 @@ def parse_version(text):
     parts = tuple(int(p) if p is not None else 0 for p in match.group(1, 2, 3, 4))
     version = VllmVersion(text=str(text).strip().lstrip('v'), release=parts, suffix=match.group(5))
     if not version.in_range(SUPPORTED_SINCE, SUPPORTED_UNTIL):
-        raise PlanInputError('backend_version', 'vLLM %s is not supported: the memory model covers '
-                             'the V1 engine releases %s (older releases use the V0 worker, newer '
-                             'ones were not read)' % (version.text, SUPPORTED_TEXT))
+        raise PlanInputError('backend_version', 'vLLM %s is older than the oldest supported release, '
+                             '%s (the oldest any GPUStack release pinned: gpustack 0.3.0 '
+                             'requires vllm ^0.6.1); use vLLM %s or later'
+                             % (version.text, OLDEST_SUPPORTED_TEXT, OLDEST_SUPPORTED_TEXT))
     return version
+
+
+def version_warnings(version):
+    """Warnings a plan for this version carries: a release newer than the newest one read is
+    planned with that one's rules, which it may have changed."""
+    if version.in_range(None, NEWEST_READ_UNTIL):
+        return []
+    return ['vLLM %s is newer than the newest release whose memory accounting was read (%s): it is '
+            'planned with %s\'s rules; compare the plan with the startup log ("Memory after warmup", '
+            '"Available KV cache memory") before relying on it' % (
+                version, NEWEST_READ_TEXT, NEWEST_READ_TEXT)]
 
 
 def _vtext(bound):
@@ -136,6 +154,9 @@ FLAGS = {rule.option: rule for rule in (
     FlagRule('max_cudagraph_capture_size', '--max-cudagraph-capture-size', (0, 12, 0), None),
     FlagRule('kv_offloading_size', '--kv-offloading-size', (0, 12, 0), None),
     FlagRule('performance_mode', '--performance-mode', (0, 17, 0), None),
+    FlagRule('enable_extensible_kv_cache', '--enable-extensible-kv-cache', (0, 34, 0), None,
+             'KV sized after warm-up and graph capture from what is free; on by default on CUDA '
+             'unless --kv-cache-memory-bytes is set; an error where the driver lacks VMM'),
 )}
 
 
@@ -156,17 +177,24 @@ def render_flag(option, value=None):
 
 def kv_bytes_pin_default(version):
     """(pin?, why): whether a plan pins its KV pool with --kv-cache-memory-bytes when the
-    deployment does not say (knob pin_kv_cache_memory unset). Pinned wherever the flag exists:
-    the pool is then a number in the argv, so a recycled instance (GPUStack recreates it from
-    the same backend_parameters) gets the same pool even when its torch.compile runs cold,
-    which a profiled budget charges as activation (vllm#54383: ~5 % less KV on a cold boot)."""
+    deployment does not say (knob pin_kv_cache_memory unset). Pinned wherever the flag exists
+    (0.10.2 - 0.33): the pool is then a number in the argv, so a recycled instance (GPUStack
+    recreates it from the same backend_parameters) gets the same pool even when its
+    torch.compile runs cold, which a profiled budget charges as activation (vllm#54383: ~5 %
+    less KV on a cold boot). Not from 0.34, whose extensible KV cache (on by default, turned off
+    by the flag) sizes the pool after warm-up instead of from the profile."""
+    if accounting(version).extensible_kv_default:
+        return False, ('vLLM %s sizes its KV cache after warm-up (the extensible KV cache, on by '
+                       'default), which %s would turn off: a recycled instance gets what is free '
+                       'after its own warm-up; pin_kv_cache_memory: true gives every (re)start the '
+                       'planned pool (a GPU shared with another instance)'
+                       % (version, flag_span('kv_cache_memory_bytes')))
     if flag_available('kv_cache_memory_bytes', version):
         return True, ('vLLM %s has %s: the planned KV pool is pinned in bytes, so a recycled '
                       'instance gets the same pool whether its torch.compile cache is warm or '
                       'cold' % (version, flag_span('kv_cache_memory_bytes')))
     return False, ('vLLM %s has no %s: the KV pool is what total x gpu_memory_utilization leaves '
-                   'after the profiled peak, which a cold torch.compile raises'
-                   % (version, flag_span('kv_cache_memory_bytes')))
+                   'after the profiled peak' % (version, flag_span('kv_cache_memory_bytes')))
 
 
 # ---------------------------------------------------------------- KV cache dtypes
@@ -219,6 +247,26 @@ MLA_BLOCK_SIZE = 64              # FlashMLA forces 64 (CUTLASS MLA 128, FlashInf
 BLOCK_SIZE_CHOICES = (1, 8, 16, 32, 64, 128)
 
 
+# Default --block-size on CUDA: 16 up to 0.33 (CacheConfig.DEFAULT_BLOCK_SIZE, the V0 EngineArgs
+# default), 64 from 0.34.0 (vllm/config/cache.py).
+DEFAULT_BLOCK_SIZE_SINCE_0_34 = 64
+
+
+def block_size_choices(version):
+    """--block-size values the CLI accepts: [8, 16, 32] before 0.6.4, [8, 16, 32, 64, 128] up to
+    0.8.4 (vllm/engine/arg_utils.py choices), then BLOCK_SIZE_CHOICES (1 added in 0.8.5)."""
+    if not version.at_least((0, 6, 4)):
+        return (8, 16, 32)
+    if not version.at_least((0, 8, 5)):
+        return (8, 16, 32, 64, 128)
+    return BLOCK_SIZE_CHOICES
+
+
+def default_block_size(version):
+    """The --block-size vLLM uses on CUDA when none is given (MLA backends force their own)."""
+    return DEFAULT_BLOCK_SIZE_SINCE_0_34 if version.at_least(EXTENSIBLE_KV_SINCE) else DEFAULT_BLOCK_SIZE
+
+
 def default_gpu_memory_utilization(version):
     for since, value in GPU_MEMORY_UTILIZATION_DEFAULTS:
         if since is None or version.at_least(since):
@@ -237,6 +285,18 @@ def batch_defaults(version, gpu_name, memory_total):
     """V1 defaults of ``vllm serve`` by device (``get_batch_defaults``, vllm/engine/arg_utils.py)."""
     name = (gpu_name or '').lower()
     big = memory_total >= 70 * GiB
+    if not version.at_least(V1_ENGINE_SINCE):
+        raise ValueError('vLLM %s runs the V0 engine: its batch defaults depend on max_model_len '
+                         '(v0_prefill_defaults)' % version)
+    if not version.at_least((0, 8, 5)):
+        # 0.8.0 - 0.8.4 _set_default_args_v1: by device NAME, H100/H200 only; max_num_seqs
+        # 1024 everywhere before 0.8.4, 256 off H100/H200 in 0.8.4.
+        hopper = 'h100' in name or 'h200' in name
+        seqs = 1024 if hopper or not version.at_least((0, 8, 4)) else 256
+        return BatchDefaults(8192 if hopper else 2048, seqs, 'vLLM %s default for this device (rule '
+                             '0.8.0 - 0.8.4: name contains h100/h200: %s) -> max_num_batched_tokens '
+                             '%d, max_num_seqs %d' % (version, 'yes' if hopper else 'no',
+                                                      8192 if hopper else 2048, seqs))
     if not version.at_least((0, 9, 0)):
         cond = big
         text = '0.8.5: >= 70 GiB'
@@ -265,6 +325,32 @@ CUDAGRAPH_ESTIMATE_SINCE = (0, 18, 0)       # env present; default 1 from GRAPHS
 GRAPHS_INSIDE_SINCE = (0, 20, 0)
 NCCL_IN_BASELINE_SINCE = (0, 11, 0)
 CUBLAS_IN_BASELINE_SINCE = (0, 33, 0)
+# 0.8.x V1 (gpu_worker.py determine_available_memory) measured non-torch memory device-wide, like
+# V0 0.6.4.x; 0.9.2 (the next read wheel) profiles from a baseline snapshot.
+DEVICE_WIDE_NON_TORCH_UNTIL = (0, 9, 0)
+# The V1 engine is the default from 0.8.0 (vllm/envs.py VLLM_USE_V1 default "1"; "0" in 0.6.x/0.7.x).
+V1_ENGINE_SINCE = (0, 8, 0)
+# V0 profilers (vllm/worker/worker.py determine_num_available_blocks), by release:
+V0_FREE_DELTA = 'free_delta'              # 0.6.1 - 0.6.3.post1: init free - free after profile_run
+V0_DEVICE_NON_TORCH = 'device_non_torch'  # 0.6.4.x: torch peak + (device used - torch allocated)
+V0_MEMORY_PROFILING = 'memory_profiling'  # 0.6.5+: weights + torch peak increase + non-torch increase
+V0_DEVICE_NON_TORCH_SINCE = (0, 6, 4)
+V0_MEMORY_PROFILING_SINCE = (0, 6, 5)
+# V0 block manager: admits a sequence only while 1 % of the GPU blocks stay free (watermark 0.01,
+# vllm/core/block_manager*.py); there is no null block.
+V0_WATERMARK_X100 = 1
+# V0 chunked prefill: off unless max_model_len > 32768 (EngineArgs.create_engine_config
+# use_long_context), and then not for sliding-window models; its default max_num_batched_tokens
+# (SchedulerConfig) is 512 up to 0.6.4.post1, 2048 from 0.6.5; without it max(max_model_len, 2048).
+V0_LONG_CONTEXT_TOKENS = 32768
+V0_CHUNKED_MNBT_2048_SINCE = (0, 6, 5)
+# 0.34.0: the extensible KV cache (vllm/v1/worker/extensible_kv_cache.py), on by default on CUDA
+# unless --kv-cache-memory-bytes is set (vllm/config/vllm.py _resolve_extensible_kv_cache).
+EXTENSIBLE_KV_SINCE = (0, 34, 0)
+EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30          # KV_CACHE_MARGIN_FLOOR_BYTES on CUDA
+EXTENSIBLE_MARGIN_FRACTION_X100 = 75             # KV_CACHE_MARGIN_FRACTION
+EXTENSIBLE_NON_TORCH_RESERVE_BYTES = 1 << 29     # KV_CACHE_NON_TORCH_RESERVE_BYTES on CUDA (in the margin)
+EXTENSIBLE_DEFAULT_UTILIZATION = 1.0             # CacheConfig.resolved_gpu_memory_utilization
 
 
 @dataclass(frozen=True)
@@ -275,12 +361,61 @@ class Accounting:
     cublas_in_baseline: bool        # cuBLAS(Lt) handles pre-created before the snapshot
     holds_null_block: bool          # BlockPool keeps one block back
     profiler_buffer_in_suggestion: bool
-    capture_size_rule: str          # 'fixed_512' | 'max_num_seqs_x2'
+    capture_size_rule: str          # 'fixed_512' | 'max_num_seqs_x2' | 'v0_max_num_seqs'
     rules: Tuple[str, ...]
+    engine: str = 'v1'              # 'v0' before V1_ENGINE_SINCE
+    v0_profiler: str = ''           # V0_FREE_DELTA | V0_DEVICE_NON_TORCH | V0_MEMORY_PROFILING
+    kv_watermark_x100: int = 0      # V0: % of the blocks the block manager keeps free
+    extensible_kv_default: bool = False   # 0.34+: extensible KV cache on unless KV bytes are pinned
+    device_wide_non_torch: bool = False   # non-torch = device used - torch allocated: the CUDA
+    #                                       context and other processes' memory count in the budget
+
+    def held_back_blocks(self, num_blocks):
+        """Blocks of a pool of ``num_blocks`` that no request can hold: V1's null block, V0's
+        admission watermark (int(0.01 x blocks))."""
+        if self.holds_null_block:
+            return 1
+        return num_blocks * self.kv_watermark_x100 // 100
+
+
+def _v0_accounting(v):
+    """The V0 engine (0.6.x, 0.7.x: vllm/worker/worker.py)."""
+    rules = ['vLLM %s runs the V0 engine (VLLM_USE_V1 defaults to 0 before 0.8.0)' % v]
+    if not v.at_least(V0_DEVICE_NON_TORCH_SINCE):
+        profiler = V0_FREE_DELTA
+        rules.append('vLLM %s (V0, 0.6.1 - 0.6.3.post1): KV budget = total x util - (free memory at '
+                     'init - free memory after the profile run): weights, the activation peak torch '
+                     'keeps cached and non-torch growth (NCCL included); it assumes no other process '
+                     'changes its memory while vLLM profiles' % v)
+    elif not v.at_least(V0_MEMORY_PROFILING_SINCE):
+        profiler = V0_DEVICE_NON_TORCH
+        rules.append('vLLM %s (V0, 0.6.4.x): KV budget = total x util - (torch peak + device-wide '
+                     'used - torch allocated): memory OTHER processes hold on the GPU counts as '
+                     'non-torch and comes out of this instance\'s budget' % v)
+    else:
+        profiler = V0_MEMORY_PROFILING
+        rules.append('vLLM %s (V0, 0.6.5+ memory_profiling): KV budget = total x util - (weights + '
+                     'activation peak + non-torch increase since the init snapshot)' % v)
+    rules.append('vLLM %s: NCCL buffers are allocated after the init memory snapshot (V0) -> charged '
+                 'inside the budget' % v)
+    rules.append('vLLM %s: CUDA graphs captured after the KV cache is allocated (V0 _warm_up_model) '
+                 '-> their pool is outside the budget and must fit in total x (1 - util); sizes '
+                 '1, 2, 4, 8, 16 ... up to max_num_seqs rounded up to a multiple of 8' % v)
+    rules.append('vLLM %s: no null block; the V0 block manager admits a sequence only while %d %% of '
+                 'the KV blocks stay free (watermark)' % (v, V0_WATERMARK_X100))
+    rules.append('vLLM %s: no --kv-cache-memory-bytes (%s): the KV pool cannot be pinned in bytes' % (
+        v, FLAGS['kv_cache_memory_bytes'].span()))
+    return Accounting(
+        cuda_graphs=GRAPHS_OUTSIDE, nccl_in_baseline=False, cublas_in_baseline=False,
+        holds_null_block=False, profiler_buffer_in_suggestion=False,
+        capture_size_rule='v0_max_num_seqs', rules=tuple(rules), engine='v0', v0_profiler=profiler,
+        kv_watermark_x100=V0_WATERMARK_X100, device_wide_non_torch=profiler == V0_DEVICE_NON_TORCH)
 
 
 def accounting(version):
     v = version
+    if not v.at_least(V1_ENGINE_SINCE):
+        return _v0_accounting(v)
     rules = []
     if v.at_least(GRAPHS_INSIDE_SINCE):
         graphs = GRAPHS_INSIDE
@@ -306,11 +441,23 @@ def accounting(version):
     if v.at_least((0, 28, 0)):
         rules.append('vLLM %s: budget = total x util - (consumed since baseline + transient peak) '
                      '- CUDA graph estimate (mem_get_info accounting, 0.27.0+)' % v)
+    device_wide = not v.at_least(DEVICE_WIDE_NON_TORCH_UNTIL)
+    if device_wide:
+        rules.append('vLLM %s (V1, 0.8.x): KV budget = total x util - (torch peak + device-wide used - '
+                     'torch allocated): the CUDA context and memory OTHER processes hold on the GPU count '
+                     'as non-torch memory inside the budget' % v)
+    extensible = v.at_least(EXTENSIBLE_KV_SINCE)
+    if extensible:
+        rules.append('vLLM %s: the extensible KV cache is on by default on CUDA: KV = min(total x util '
+                     '- what the engine holds after warm-up and graph capture, free memory then - '
+                     'margin max(1 GiB, 0.75 x transient peak)) - transient peak; util defaults to '
+                     '1.0 and the startup free-memory check is skipped; --kv-cache-memory-bytes '
+                     'turns it off (util default 0.92 then, check back)' % v)
     return Accounting(
         cuda_graphs=graphs, nccl_in_baseline=nccl_baseline, cublas_in_baseline=cublas_baseline,
         holds_null_block=True, profiler_buffer_in_suggestion=v.at_least((0, 10, 2)),
         capture_size_rule='max_num_seqs_x2' if v.at_least((0, 12, 0)) else 'fixed_512',
-        rules=tuple(rules))
+        rules=tuple(rules), extensible_kv_default=extensible, device_wide_non_torch=device_wide)
 
 
 # MXFP4 MoE (gpt-oss): vLLM lays the expert matrices out with their 2880-wide dimension
@@ -346,5 +493,53 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
     largest = MAX_CAPTURE_SIZE
     if accounting(version).capture_size_rule == 'max_num_seqs_x2':
         largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)
+    elif accounting(version).capture_size_rule == 'v0_max_num_seqs':
+        # V0 (_get_max_graph_batch_size): max_num_seqs padded to 1, 2, 4 or a multiple of 8
+        largest = max_num_seqs if max_num_seqs <= 2 else 4 if max_num_seqs <= 4 else -(-max_num_seqs // 8) * 8
     largest = max(1, min(largest, max_num_batched_tokens))
     return [s for s in (1, 2, 4) if s <= largest] + list(range(8, largest + 1, 8))
+
+
+# ---------------------------------------------------------------- V0 prefill, 0.34 extensible KV
+@dataclass(frozen=True)
+class V0Prefill:
+    chunked_prefill: bool
+    max_num_batched_tokens: int
+    rule: str
+
+
+def v0_prefill_defaults(version, max_model_len, has_sliding_window, user_max_num_batched_tokens=None):
+    """What V0 runs for this max_model_len: chunked prefill on only above 32k tokens (and not
+    for sliding-window models), else max_num_batched_tokens = max(max_model_len, 2048), so the
+    profile run's forward pass covers a whole max_model_len prompt. A user max_num_batched_tokens
+    below max_model_len needs chunked prefill (V0 refuses it otherwise)."""
+    chunked_mnbt = 2048 if version.at_least(V0_CHUNKED_MNBT_2048_SINCE) else 512
+    long_context = max_model_len > V0_LONG_CONTEXT_TOKENS
+    user = user_max_num_batched_tokens
+    if user is not None and user < max_model_len:
+        return V0Prefill(True, user, 'vLLM %s (V0): max_num_batched_tokens %d < max_model_len %d '
+                         'needs chunked prefill (V0 refuses it without) -> on' % (version, user, max_model_len))
+    if long_context and not has_sliding_window:
+        return V0Prefill(True, user or chunked_mnbt, 'vLLM %s (V0) default: chunked prefill on because '
+                         'max_model_len %d > %d (use_long_context), max_num_batched_tokens %d; pinned '
+                         'so the profiled activation peak is the one that runs' % (
+                             version, max_model_len, V0_LONG_CONTEXT_TOKENS, user or chunked_mnbt))
+    mnbt = user or max(max_model_len, 2048)
+    why = ('max_model_len %d <= %d' % (max_model_len, V0_LONG_CONTEXT_TOKENS) if not long_context
+           else 'sliding-window model (V0 does not chunk those by default)')
+    return V0Prefill(False, mnbt, 'vLLM %s (V0) default: chunked prefill off (%s) -> '
+                     'max_num_batched_tokens = max(max_model_len, 2048) = %d: the profile run pushes a '
+                     'whole max_model_len prompt through the model, so the activation peak grows '
+                     'with max_model_len; pinned off so the plan is what runs' % (version, why, mnbt))
+
+
+def extensible_kv_bytes(requested, consumed, headroom, transient_peak):
+    """vLLM 0.34 measure_kv_cache_bytes: the KV bytes the extensible cache commits.
+
+    requested = ceil(total x util); consumed = what the engine holds after warm-up and graph
+    capture besides the KV (weights, graph pool, workspaces); headroom = free memory then
+    (+ any KV already committed); transient_peak = the larger of the profiled activation peak
+    (+ the CUDA graph estimate) and the warm-up peaks. Returns (kv_bytes, margin)."""
+    margin = max(EXTENSIBLE_MARGIN_FLOOR_BYTES, transient_peak * EXTENSIBLE_MARGIN_FRACTION_X100 // 100)
+    available = min(requested - consumed, headroom - margin) - transient_peak
+    return max(available, 0), margin

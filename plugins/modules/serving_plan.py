@@ -66,6 +66,10 @@ options:
       - Flags, defaults and memory accounting are taken from this version's rules.
       - A vLLM series without its release (C(0.10), C(0.9)) is refused as ambiguous, since flags
         and accounting change within a series. Quote it in YAML - unquoted C(0.10) is the number 0.1.
+      - vLLM C(0.6.1) and later (the oldest release a GPUStack release pinned); older releases are
+        refused. 0.6.x and 0.7.x run the V0 engine, 0.34 and later the extensible KV cache; a release
+        newer than the newest one read (0.34) is planned with its rules and a warning.
+        See C(docs/vllm-versions.md).
     type: str
     required: true
   model:
@@ -129,9 +133,10 @@ options:
   pin_kv_cache_memory:
     description:
       - Pin the KV pool with C(--kv-cache-memory-bytes) where the vLLM version has it (0.10.2 and later).
-      - Unset, the plan pins it wherever the version has the flag, so a recycled instance (GPUStack
-        recreates it from the same arguments) gets the planned pool even when its torch.compile runs
-        cold; the pinned value is the pool the plan computed from the budget, never more.
+      - Unset, the plan pins it where the version has the flag and sizes the pool from its profile
+        (0.10.2 to 0.33), so a recycled instance (GPUStack recreates it from the same arguments) gets
+        the planned pool even when its torch.compile runs cold; the pinned value is the pool the plan
+        computed from the budget, never more. From 0.34, unset keeps the extensible KV cache on.
       - V(false), or a version without the flag, pins only C(--gpu-memory-utilization) and charges a
         cold-compile margin (C(terms.cold_compile_margin)) inside the budget; C(reasons.kv_cache_memory_bytes) says which.
     type: bool
@@ -426,6 +431,19 @@ plan:
               description: vLLM - KV bytes of one block (block_size tokens) on this GPU.
               type: int
               returned: backend vllm
+            extensible_margin:
+              description:
+                - vLLM 0.34 and later with the extensible KV cache on - the margin vLLM keeps free when
+                  it sizes the KV cache after warm-up, max(1 GiB, 0.75 x extensible_transient_peak).
+              type: int
+              returned: backend vllm, when the extensible KV cache is on
+            extensible_transient_peak:
+              description:
+                - vLLM 0.34 and later with the extensible KV cache on - the transient peak vLLM keeps
+                  free in full (activation peak, plus the CUDA graph estimate while
+                  C(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)).
+              type: int
+              returned: backend vllm, when the extensible KV cache is on
             outside_resident:
               description: vLLM - what vLLM holds outside the budget while serving (sum of the C(outside_*) parts).
               type: int

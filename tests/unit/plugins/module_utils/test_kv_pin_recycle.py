@@ -174,3 +174,27 @@ def test_pin_default_helper_follows_the_flag_table():
         pin, why = prof.kv_bytes_pin_default(version)
         assert pin == prof.flag_available('kv_cache_memory_bytes', version)
         assert text in why and '--kv-cache-memory-bytes (vLLM >= 0.10.2)' in why
+
+
+def test_0_34_keeps_the_extensible_cache_unless_the_deployment_pins():
+    # 0.34's extensible KV cache sizes the pool after warm-up (not from the profile) and the flag
+    # would turn it off: not pinned by default; pin_kv_cache_memory: true pins it on every restart
+    default = plan('0.34.0')
+    assert pinned_value(default.args) is None
+    assert '--enable-extensible-kv-cache' in default.args
+    assert default.reasons['kv_cache_memory_bytes'].startswith('not passed: vLLM 0.34.0 sizes its KV cache after warm-up')
+    assert all(mem.terms['cold_compile_margin'] == 0 for mem in default.memory)
+    pinned = plan('0.34.0', pin_kv_cache_memory=True)
+    record = model_record(pinned)
+    assert '--enable-extensible-kv-cache' not in record['backend_parameters']
+    assert pinned_value(recycle(record)) == pinned.settings['kv_cache_memory_bytes'] > 0
+    assert pinned.reasons['kv_cache_memory_bytes'].startswith('pinned (pin_kv_cache_memory set by the user)')
+
+
+def test_v0_has_no_flag_and_no_torch_compile_so_no_cold_margin():
+    p = plan('0.7.3')
+    assert pinned_value(p.args) is None
+    reason = p.reasons['kv_cache_memory_bytes']
+    assert reason.startswith('not passed: vLLM 0.7.3 has no --kv-cache-memory-bytes')
+    assert 'no cold-compile margin' in reason and 'V0 engine' in reason
+    assert all(mem.terms['cold_compile_margin'] == 0 for mem in p.memory)

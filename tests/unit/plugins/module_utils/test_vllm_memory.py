@@ -481,3 +481,193 @@ def test_mxfp4_experts_are_padded_to_256_wide_as_vllm_loads_them():
         assert 'MXFP4 experts padded' in explain
     dense = resolve_model('meta-llama/Llama-3.1-8B-Instruct')
     assert vm.weights_per_gpu(dense, 1)[1]['weights_mxfp4_expert_padding'] == 0
+
+
+# ------------------------------------------------------------------ vLLM 0.34: extensible KV cache
+H100_TOTAL = 85520809984           # NVML memory_total of an H100 80GB HBM3
+H100_NAME = 'NVIDIA H100 80GB HBM3'
+TRAFFIC_8B = Traffic(prompt_tokens_p99=4000, max_output_tokens=1000, max_concurrency=32)
+
+
+def plan_034(**knobs):
+    return plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, knobs, '0.34.0')
+
+
+def test_0_34_single_tenant_keeps_the_extensible_kv_cache_with_an_explicit_util():
+    plan = plan_034()
+    assert plan.feasible
+    assert '--enable-extensible-kv-cache' in plan.args
+    assert not any(a.startswith('--kv-cache-memory-bytes') for a in plan.args)
+    util = plan.settings['gpu_memory_utilization']
+    assert '--gpu-memory-utilization=%g' % util in plan.args and util < 1.0   # never vLLM's 1.0 default
+    assert plan.settings['enable_extensible_kv_cache'] is True
+    assert 'extensible KV cache ON (single-tenant GPU)' in plan.reasons['kv_cache_sizing']
+    assert 'vLLM 0.34.0 default would be 1.00' in plan.reasons['gpu_memory_utilization']
+    assert not any(a.startswith('--block-size') for a in plan.args)   # 64 is 0.34's default
+
+
+def test_0_34_single_tenant_kv_is_what_vllm_measure_kv_cache_bytes_gives_from_the_plan_terms():
+    plan = plan_034()
+    mem = plan.memory[0]
+    t = mem.terms
+    requested = vm.util_bytes(mem.total, plan.settings['gpu_memory_utilization'])
+    consumed = mem.weights + mem.non_torch + mem.cuda_graph           # held after warm-up and capture
+    transient = mem.activation + mem.cuda_graph                         # + the graph estimate (env default 1)
+    margin = max(GiB, transient * 75 // 100)
+    headroom = mem.total - t['outside_resident'] - consumed            # baseline: context, cuBLAS
+    expected = min(requested - consumed, headroom - margin) - transient
+    assert t['extensible_margin'] == margin >= GiB
+    assert t['extensible_transient_peak'] == transient
+    assert expected - t['kv_bytes_per_block'] < mem.kv_cache <= expected   # whole blocks, never more
+    assert mem.budget == requested                                      # the cap GPUStack books
+    assert 'extensible KV cache (vLLM 0.34)' in mem.explain['kv_cache']
+    assert 'skips the startup free-memory check' in mem.explain['budget']
+    # the plan never promises more than the 0.33 estimate-based pool would hold on the same terms
+    assert mem.kv_cache <= plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {},
+                                     '0.33.0').memory[0].kv_cache
+
+
+def test_0_34_shared_gpu_pins_util_and_kv_bytes_which_turns_the_extensible_cache_off():
+    plan = plan_034(pin_kv_cache_memory=True)
+    assert plan.feasible
+    pinned = [a for a in plan.args if a.startswith('--kv-cache-memory-bytes=')]
+    assert len(pinned) == 1
+    kv_bytes = int(pinned[0].split('=')[1])
+    mem = plan.memory[0]
+    assert kv_bytes == mem.kv_cache == plan.settings['kv_cache_memory_bytes']
+    assert kv_bytes % mem.terms['kv_bytes_per_block'] == 0
+    assert '--enable-extensible-kv-cache' not in plan.args
+    assert plan.settings['enable_extensible_kv_cache'] is False
+    assert any(a.startswith('--gpu-memory-utilization=') for a in plan.args)
+    reason = plan.reasons['kv_cache_sizing']
+    assert 'OFF' in reason and 'shared with another instance' in reason and 'neighbour' in reason
+    # the margin: what the budget leaves free covers everything outside it
+    assert mem.headroom >= mem.terms['safety_margin'] + vm.PROFILER_UNDERESTIMATE_BYTES
+    assert 'extensible_margin' not in mem.terms
+
+
+def test_0_34_with_kv_cache_memory_bytes_given():
+    plan = plan_034(kv_cache_memory_bytes=20 * GiB)
+    assert '--kv-cache-memory-bytes=%d' % (20 * GiB) in plan.args
+    assert '--enable-extensible-kv-cache' not in plan.args
+    assert plan.memory[0].kv_cache == 20 * GiB
+    assert plan.reasons['kv_cache_memory_bytes'] == 'set by the user'
+    assert 'OFF' in plan.reasons['kv_cache_sizing']
+    assert any('--kv-cache-memory-bytes fixes the KV budget' in rule for rule in plan.rules)
+
+
+def test_0_34_busy_gpu_warns_that_the_extensible_cache_would_start_smaller():
+    busy = gpus(1, H100_TOTAL, H100_NAME)
+    busy[0].update(memory_used=30 * GiB, memory_free=H100_TOTAL - 30 * GiB)
+    plan = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {}, '0.34.0')
+    assert any('skips the startup free-memory check' in w and 'pin_kv_cache_memory' in w for w in plan.warnings)
+    pinned = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {'pin_kv_cache_memory': True}, '0.34.0')
+    assert not any('skips the startup' in w for w in pinned.warnings)
+
+
+def test_0_34_field_report_deployment_measures_the_graph_pool_inside():
+    plan = field_plan('0.34.0')
+    assert plan.feasible and '--enable-extensible-kv-cache' in plan.args
+    # the field report's crash (0.92: the graph pool captured outside the budget) is not one on
+    # 0.34, whose extensible cache is sized after graph capture
+    crashed = field_plan('0.34.0', gpu_memory_utilization=0.92)
+    assert crashed.feasible and 'cuda_graph_pool' not in crashed.memory[0].terms.get('outside_parts', {})
+    assert not any('CUDA graph pool' in line for line in crashed.not_fitting)
+
+
+# ------------------------------------------------------------------ V0 engine (0.6.x, 0.7.x)
+@pytest.mark.parametrize('version, long_mnbt', [('0.6.2', 512), ('0.7.3', 2048)])
+def test_v0_chunked_prefill_follows_max_model_len(version, long_mnbt):
+    short = plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {'max_model_len': 16384}, version)
+    long = plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {'max_model_len': 65536}, version)
+    assert short.feasible and long.feasible
+    assert '--enable-chunked-prefill=False' in short.args and '--max-num-batched-tokens=16384' in short.args
+    assert short.settings['enable_chunked_prefill'] is False
+    assert '--enable-chunked-prefill' in long.args and '--max-num-batched-tokens=%d' % long_mnbt in long.args
+    assert long.settings['enable_chunked_prefill'] is True
+    assert 'max_model_len 16384 <= 32768' in short.reasons['enable_chunked_prefill']
+    assert 'max_model_len 65536 > 32768' in long.reasons['enable_chunked_prefill']
+    # without chunked prefill the profile run pushes a whole 16k prompt: a larger activation peak
+    assert short.memory[0].activation > long.memory[0].activation
+    for plan in (short, long):
+        assert not any(a.startswith(('--kv-cache-memory-bytes', '--enable-extensible')) for a in plan.args)
+        assert '--swap-space=0' in plan.args
+        assert any('V0 engine' in rule for rule in plan.rules)
+
+
+def test_v0_usable_blocks_leave_the_one_percent_watermark():
+    plan = plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {'max_model_len': 16384}, '0.7.3')
+    mem = plan.memory[0]
+    blocks = mem.kv_cache // mem.terms['kv_bytes_per_block']
+    assert plan.kv_cache_tokens == (blocks - blocks // 100) * 16
+
+
+def test_v0_cannot_pin_kv_bytes():
+    with pytest.raises(PlanInputError, match=r'--kv-cache-memory-bytes \(vLLM >= 0\.10\.2\)') as err:
+        plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, {'pin_kv_cache_memory': True}, '0.6.2')
+    assert err.value.field == 'pin_kv_cache_memory'
+
+
+def test_v0_plans_sliding_window_layers_as_full_attention():
+    v0 = plan_vllm(gemma2_9b(), gpus(1), Traffic(2000, 500, 4), {}, '0.7.3')
+    assert v0.memory[0].terms['kv_bytes_per_token'] == 42 * 2 * 8 * 256 * 2
+    assert 'hybrid' not in v0.memory[0].explain['kv_cache']
+
+
+def test_v0_refuses_mla_models():
+    with pytest.raises(PlanInputError, match='MLA') as err:
+        plan_vllm(deepseek_v3(), gpus(8, 150 * GiB, 'NVIDIA H200'), TRAFFIC_8B, {}, '0.7.3')
+    assert err.value.field == 'model'
+
+
+def test_v0_6_4_warns_about_memory_other_processes_hold():
+    busy = gpus(1)
+    busy[0]['memory_used'] = 2 * GiB
+    plan = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {}, '0.6.4')
+    assert any('counts memory other processes hold' in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize('version', ['0.6.0', '0.5.4'])
+def test_a_release_older_than_the_oldest_supported_is_refused_naming_it(version):
+    with pytest.raises(PlanInputError, match=r'oldest supported release, 0\.6\.1') as err:
+        plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, {}, version)
+    assert err.value.field == 'backend_version'
+
+
+def test_0_8_4_is_planned_as_v1_with_its_own_batch_defaults():
+    plan = plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, {}, '0.8.4')
+    assert '--max-num-batched-tokens=2048' in plan.args and '--enable-chunked-prefill' in plan.args
+    assert '0.8.0 - 0.8.4' in plan.reasons['max_num_batched_tokens']
+
+
+def test_a_release_newer_than_the_newest_read_is_planned_with_a_warning():
+    plan = plan_vllm(llama_8b(), gpus(1, H100_TOTAL, H100_NAME), TRAFFIC_8B, {}, '0.35.0')
+    assert any('newer than the newest release' in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize('version, inside', [
+    ('0.6.3.post1', False), ('0.6.4', True), ('0.6.4.post1', True), ('0.6.5', False),
+    ('0.8.0', True), ('0.8.5.post1', True), ('0.10.1.1', False), ('0.34.0', False)])
+def test_device_wide_non_torch_eras_charge_the_cuda_context_inside_the_budget(version, inside):
+    plan = plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, {'max_model_len': 8192}, version)
+    mem = plan.memory[0]
+    assert ('outside_cuda_context' not in mem.terms) is inside
+    assert (mem.non_torch >= vm.CUDA_CONTEXT_BYTES) is inside
+    busy = gpus(1)
+    busy[0]['memory_used'] = 2 * GiB
+    warned = plan_vllm(llama_8b(), busy, TRAFFIC_8B, {'max_model_len': 8192}, version).warnings
+    assert any('counts memory other processes hold' in w for w in warned) is inside
+
+
+@pytest.mark.parametrize('version, block_size, accepted', [
+    ('0.6.2', 64, False), ('0.6.2', 32, True), ('0.6.4', 128, True), ('0.8.4', 1, False),
+    ('0.8.5', 1, True), ('0.34.0', 16, True)])
+def test_block_size_choices_by_version(version, block_size, accepted):
+    knobs = {'block_size': block_size, 'max_model_len': 8192}
+    if accepted:
+        plan = plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, knobs, version)
+        assert '--block-size=%d' % block_size in plan.args or block_size == 16
+    else:
+        with pytest.raises(PlanInputError, match='must be one of .* for vLLM %s' % version) as err:
+            plan_vllm(llama_8b(), gpus(1), TRAFFIC_8B, knobs, version)
+        assert err.value.field == 'block_size'

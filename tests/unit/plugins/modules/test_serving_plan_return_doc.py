@@ -4,7 +4,7 @@
 """serving_plan's RETURN documents what the planners return: every key of ``plan``, of each
 ``plan.memory`` entry and of its ``terms`` appears in the docs, and every documented key is
 returned by some plan (no stale entry). Plans cover both backends, vLLM accounting eras
-(0.10.2 / 0.11 / 0.20 / 0.33), TP 1-4, PCIe and NVLink cards, flash attention on and off, several
+(0.7.3 V0 / 0.10.2 / 0.11 / 0.20 / 0.33 / 0.34), TP 1-4, PCIe and NVLink cards, flash attention on and off, several
 GPUs with layer offload and a GPU without int8 tensor cores."""
 
 from __future__ import annotations
@@ -41,11 +41,14 @@ def _params(**changes):
 
 def _cases():
     for version, card, tp, knobs in itertools.product(
-            ('0.10.2', '0.11.0', '0.20.0', '0.33.0'), ('4090', 'h100'), (1, 2, 4),
+            ('0.10.2', '0.11.0', '0.20.0', '0.33.0', '0.34.0'), ('4090', 'h100'), (1, 2, 4),
             ({}, {'pin_kv_cache_memory': True}, {'enforce_eager': True})):
         yield 'vllm', _params(backend='vllm', backend_version=version, model='meta-llama/Llama-3.3-70B-Instruct',
                               gpus=_gpus(card, tp), tensor_parallel_size=tp, **knobs)
     yield 'vllm', _params(backend='vllm', backend_version='0.20.0', model='openai/gpt-oss-20b', gpus=_gpus('h100', 1))
+    for tp in (1, 4):    # the V0 engine (no --kv-cache-memory-bytes to pin)
+        yield 'vllm', _params(backend='vllm', backend_version='0.7.3', model='meta-llama/Llama-3.3-70B-Instruct',
+                              gpus=_gpus('4090', tp), tensor_parallel_size=tp)
     for backend, version in (('llama-box', 'v0.0.171'), ('llama.cpp', 'b5000')):
         for card, count, knobs in (('a6000', 1, {'quantization': 'Q4_K_M'}),
                                    ('4090', 2, {'quantization': 'Q8_0', 'gpu_layers': 20}),
