@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.compile_cache import CompileCacheError, compile_cache
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
@@ -58,6 +59,14 @@ def kvpin_gpu_ledger(gpus, plan_results, vram_min_gib=0, gpustack_cgroup_markers
                           gpustack_cgroup_markers).to_dict()
     except (LedgerInputError, SystemReservedError) as exc:
         raise AnsibleFilterError('kvpin_gpu_ledger: %s' % exc)
+
+
+def kvpin_compile_cache(root, field='compile_cache_dir'):
+    """{root, dirs, env} of the engines' compile caches under ``root`` (module_utils/compile_cache.py)."""
+    try:
+        return compile_cache(root, field)
+    except CompileCacheError as exc:
+        raise AnsibleFilterError('kvpin_compile_cache: %s' % exc)
 
 
 def kvpin_file_checks(table):
@@ -140,6 +149,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            'kvpin_compile_cache': kvpin_compile_cache,
             'kvpin_file_checks': kvpin_file_checks,
             'kvpin_gpu_ledger': kvpin_gpu_ledger,
             'kvpin_gpu_summary': kvpin_gpu_summary,

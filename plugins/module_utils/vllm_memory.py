@@ -109,6 +109,13 @@ PROFILER_UNDERESTIMATE_BYTES = 150 * MiB
 # card can hold.
 SAFETY_MARGIN_FRACTION_X1000 = 30
 SAFETY_MARGIN_MIN_BYTES = 512 * MiB
+# Cold torch.compile: where the KV pool is not pinned in bytes, vLLM sizes it from the profile
+# run, and a cold compile (first boot of a shape, or a recycled instance whose compile cache
+# did not survive) is charged as activation peak: vllm#54383 measured 245 fewer blocks,
+# 0.47 GiB per GPU, 4.5 % of the KV pool, on 2 x RTX 4090 TP=2 (vLLM 0.28.0, util 0.85;
+# boot-to-boot noise ~17 blocks). Charged inside the budget of every unpinned plan as 5 % of
+# the KV budget the warm profile leaves, so the plan describes the cold start, the smaller one.
+COLD_COMPILE_KV_FRACTION_X1000 = 50
 
 # Fitted constant -> the benchmarks/data/vllm_public.json rows it was read from (the one place
 # for it: bench_accuracy_vllm.py scores these rows as "fit", tests/unit/test_validation_split.py
@@ -137,6 +144,11 @@ FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.
 
 def safety_margin_bytes(total):
     return max(total * SAFETY_MARGIN_FRACTION_X1000 // 1000, SAFETY_MARGIN_MIN_BYTES)
+
+
+def cold_compile_margin_bytes(kv_budget):
+    """KV bytes a cold torch.compile costs an unpinned pool (COLD_COMPILE_KV_FRACTION_X1000)."""
+    return _cdiv(max(0, kv_budget) * COLD_COMPILE_KV_FRACTION_X1000, 1000)
 
 
 def _gib(n):
@@ -562,9 +574,12 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                         'H100, llm-d)',
         'cuda_graph': row['g_explain'] + (' -- charged INSIDE the budget' if ctx.graphs_inside
                                           else ' -- OUTSIDE the budget (captured after KV allocation)'),
-        'kv_cache': '%d blocks x %s per block (%d tokens x %s per token on this GPU, kv dtype %s); %s' % (
+        'kv_cache': '%d blocks x %s per block (%d tokens x %s per token on this GPU, kv dtype %s); %s%s' % (
             row['blocks'], _gib(layout.bytes_per_block), layout.block_size,
-            _gib(layout.bytes_per_token), kv_dtype, layout.rule),
+            _gib(layout.bytes_per_token), kv_dtype, layout.rule,
+            ('; the KV budget is net of a cold-compile margin %s (5 %% of the warm KV budget, '
+             'vllm#54383): not pinned in bytes, a cold torch.compile is charged as activation'
+             % _gib(row['cold'])) if row['cold'] else ''),
         'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
                     'safety margin %s (3 %% of the card, >= 512 MiB: allocator fragmentation, '
                     'prefill peaks above the profiled one, unprofiled logprobs)' % (
@@ -611,6 +626,11 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     ms_upper = user_ms if user_ms is not None else max(1, min(traffic.max_concurrency, mnbt))
     user_util = knobs.get('gpu_memory_utilization')
     pinned_user = knobs.get('kv_cache_memory_bytes')
+    pin_knob = knobs.get('pin_kv_cache_memory')
+    # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
+    cold_applies = acct.engine != 'v0'
+    pin_wanted = pinned_user is None and (
+        pin_knob if pin_knob is not None else prof.kv_bytes_pin_default(version)[0])
     weights, w_terms, w_explain = weights_per_gpu(spec, tp)
     non_torch_growth = 0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES
     tp_workspace = TP_WORKSPACE_BYTES if tp > 1 else 0
@@ -640,8 +660,9 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
                 util, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
                 prof.default_gpu_memory_utilization(version), version))
 
-    def blocks_for(ms):
-        """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs."""
+    def blocks_for(ms, cold_margin):
+        """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs; with
+        ``cold_margin`` the KV budget is the one a cold torch.compile leaves."""
         rows = []
         for gpu, cuda in zip(gpus, cudas):
             total = cuda.cuda_total
@@ -651,6 +672,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
                 CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
             charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
+            cold = 0
             ext = None
             if pinned_user is not None:
                 kv_budget = pinned_user
@@ -661,11 +683,14 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
                 charged = ext['consumed'] + ext['transient']
             else:
                 kv_budget = util_bytes(total, util) - charged
+                if cold_margin:
+                    cold = cold_compile_margin_bytes(kv_budget)
+                    kv_budget -= cold
             blocks = max(0, kv_budget) // layout.bytes_per_block
             rows.append(dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
                              a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
                              inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
-                             ext=ext))
+                             cold=cold, ext=ext))
         fewest = min(r['blocks'] for r in rows)
         usable = fewest - acct.held_back_blocks(fewest)
         return max(0, usable), rows
@@ -674,23 +699,27 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     seq_blocks = layout.blocks_per_request(seq_tokens)
     if user_ms is not None:
         ms = user_ms
-        usable, rows = blocks_for(ms)
+        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         reasons['max_num_seqs'] = 'set by the user (%d)' % ms
     else:
         ms = ms_upper
-        usable, rows = blocks_for(ms)
+        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         fit = usable // seq_blocks
         if fit < ms:
             # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
             ms = max(1, fit)
-            usable, rows = blocks_for(ms)
+            usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
         reasons['max_num_seqs'] = (
             'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
             '= %d: the declared traffic cannot oversubscribe the KV pool' % (
                 traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
-    pin = bool(knobs.get('pin_kv_cache_memory')) and pinned_user is None
     pinned_bytes = pinned_user or 0
-    if pin:
+    if pin_wanted and usable <= 0:
+        # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
+        pin_wanted = False
+        usable, rows = blocks_for(ms, cold_applies)
+    if pin_wanted:
+        # the planned pool, never more than the util budget left after the charged terms
         pinned_bytes = (usable + (1 if acct.holds_null_block else 0)) * layout.bytes_per_block
 
     memory = []
@@ -734,7 +763,8 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             'non_torch_growth': non_torch_growth, 'tp_workspaces': tp_workspace,
             'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
             'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
-            'kv_budget': row['kv_budget'], 'kv_bytes_per_token': layout.bytes_per_token,
+            'kv_budget': row['kv_budget'], 'cold_compile_margin': row['cold'],
+            'kv_bytes_per_token': layout.bytes_per_token,
             'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
             'outside_required': required,
             'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
@@ -1023,12 +1053,9 @@ def _engine_args(ctx, ev, max_model_len):
     if ev.kv_cache_memory_bytes:
         args.append(prof.render_flag('kv_cache_memory_bytes', ev.kv_cache_memory_bytes))
         settings['kv_cache_memory_bytes'] = ev.kv_cache_memory_bytes
-        reasons['kv_cache_memory_bytes'] = (
-            'set by the user' if knobs.get('kv_cache_memory_bytes') else
-            'pin_kv_cache_memory: the planned KV pool, %d blocks x %s' % (
-                ev.kv_cache_memory_bytes // ev.layout.bytes_per_block, _gib(ev.layout.bytes_per_block)))
         rules.append('vLLM %s: --kv-cache-memory-bytes fixes the KV budget; gpu_memory_utilization '
                      'only sets the startup free-memory check' % version)
+    reasons['kv_cache_memory_bytes'] = kv_pin_reason(ctx, ev)
     args.append(prof.render_flag('gpu_memory_utilization', '%g' % ev.util))
     settings['gpu_memory_utilization'] = ev.util
     args.append(prof.render_flag('max_num_seqs', ev.max_num_seqs))
@@ -1073,6 +1100,51 @@ def _engine_args(ctx, ev, max_model_len):
         rules.append('%s=%s set in the engine environment (knob cudagraph_memory_estimate)' % (
             prof.CUDAGRAPH_ESTIMATE_ENV, ctx.estimate_env))
     return args, settings, reasons, rules
+
+
+def kv_pin_reason(ctx, ev):
+    """Why the KV pool is (or is not) pinned in bytes, and what charges against it."""
+    version, knobs = ctx.version, ctx.knobs
+    if knobs.get('kv_cache_memory_bytes'):
+        return 'set by the user'
+    mem = ev.memory[0]
+    requested = util_bytes(mem.total, ev.util)
+    graphs = mem.cuda_graph if ev.graphs_inside else 0
+    charged = ('(weights %s + activation %s + non-torch %s%s)' % (
+        _gib(mem.weights), _gib(mem.activation), _gib(mem.non_torch),
+        (' + CUDA graphs %s' % _gib(graphs)) if graphs else ''))
+    default_pin, default_why = prof.kv_bytes_pin_default(version)
+    user_set = knobs.get('pin_kv_cache_memory') is not None
+    if ev.kv_cache_memory_bytes:
+        return ('pinned (%s): %d blocks x %s = %d bytes per GPU, the KV pool the plan computed '
+                'from the budget and never more: ceil(total %s x util %g) = %s - %s leaves %s, '
+                'floored to whole blocks. A recycled instance gets this same pool; its cold '
+                'torch.compile no longer sizes it' % (
+                    'pin_kv_cache_memory set by the user' if user_set else 'default; ' + default_why,
+                    ev.kv_cache_memory_bytes // ev.layout.bytes_per_block,
+                    _gib(ev.layout.bytes_per_block), ev.kv_cache_memory_bytes, _gib(mem.total), ev.util,
+                    _gib(requested), charged,
+                    _gib(requested - mem.weights - mem.activation - mem.non_torch - graphs)))
+    if ev.extensible:
+        return 'not passed: %s' % (
+            'pin_kv_cache_memory false (set by the user); the extensible KV cache sizes the pool'
+            if user_set else default_why)
+    if knobs.get('pin_kv_cache_memory') is False:
+        why = 'pin_kv_cache_memory false (set by the user)'
+    elif not default_pin:
+        why = default_why
+    else:
+        why = 'the charged terms leave no KV pool to pin'
+    cold = mem.terms.get('cold_compile_margin', 0)
+    if cold:
+        then = ('- a cold-compile margin %s (5 %% of the warm KV budget, vllm#54383), so the plan '
+                'describes a cold start (first boot of this shape, or a recycled instance without a '
+                'persistent compile cache) and a warm one gets more' % _gib(cold))
+    else:
+        then = ('and no cold-compile margin: vLLM %s runs the V0 engine, which compiles nothing with '
+                'torch.compile by default' % version) if ctx.acct.engine == 'v0' else '(nothing left)'
+    return ('not passed: %s. Instead --gpu-memory-utilization=%g is pinned explicitly and the KV '
+            'budget = ceil(total x util) %s - %s %s' % (why, ev.util, _gib(requested), charged, then))
 
 
 def kv_capacity(ev, max_model_len):
@@ -1140,12 +1212,15 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
                             'full sequences will be preempted' % (ev.max_num_seqs, seq_blocks, ev.num_blocks))
     for gpu, mem in zip(gpus, ev.memory):
         free = gpu.get('memory_free')
+        # init_device refuses to start unless free >= total x util, also when
+        # --kv-cache-memory-bytes pins the pool (the check does not look at it)
+        requested = util_bytes(mem.total, ev.util)
         if isinstance(free, int) and ev.extensible and free < mem.budget:
             warnings.append(extensible_free_warning(ctx, gpu, free, mem))
-        elif isinstance(free, int) and not ev.kv_cache_memory_bytes and free < mem.budget:
+        elif isinstance(free, int) and free < requested:
             warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
                             'it will not start unless that memory is released first (e.g. it is this '
-                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(mem.budget)))
+                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(requested)))
     return feasible, not_fitting, suggestions, warnings
 
 

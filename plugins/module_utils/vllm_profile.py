@@ -175,6 +175,28 @@ def render_flag(option, value=None):
     return flag if value is None else '%s=%s' % (flag, value)
 
 
+def kv_bytes_pin_default(version):
+    """(pin?, why): whether a plan pins its KV pool with --kv-cache-memory-bytes when the
+    deployment does not say (knob pin_kv_cache_memory unset). Pinned wherever the flag exists
+    (0.10.2 - 0.33): the pool is then a number in the argv, so a recycled instance (GPUStack
+    recreates it from the same backend_parameters) gets the same pool even when its
+    torch.compile runs cold, which a profiled budget charges as activation (vllm#54383: ~5 %
+    less KV on a cold boot). Not from 0.34, whose extensible KV cache (on by default, turned off
+    by the flag) sizes the pool after warm-up instead of from the profile."""
+    if accounting(version).extensible_kv_default:
+        return False, ('vLLM %s sizes its KV cache after warm-up (the extensible KV cache, on by '
+                       'default), which %s would turn off: a recycled instance gets what is free '
+                       'after its own warm-up; pin_kv_cache_memory: true gives every (re)start the '
+                       'planned pool (a GPU shared with another instance)'
+                       % (version, flag_span('kv_cache_memory_bytes')))
+    if flag_available('kv_cache_memory_bytes', version):
+        return True, ('vLLM %s has %s: the planned KV pool is pinned in bytes, so a recycled '
+                      'instance gets the same pool whether its torch.compile cache is warm or '
+                      'cold' % (version, flag_span('kv_cache_memory_bytes')))
+    return False, ('vLLM %s has no %s: the KV pool is what total x gpu_memory_utilization leaves '
+                   'after the profiled peak' % (version, flag_span('kv_cache_memory_bytes')))
+
+
 # ---------------------------------------------------------------- KV cache dtypes
 @dataclass(frozen=True)
 class KvDtypeRule:

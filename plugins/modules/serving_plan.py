@@ -131,7 +131,14 @@ options:
     description: vLLM without CUDA graphs.
     type: bool
   pin_kv_cache_memory:
-    description: Pin the KV pool with C(--kv-cache-memory-bytes) where the vLLM version has it.
+    description:
+      - Pin the KV pool with C(--kv-cache-memory-bytes) where the vLLM version has it (0.10.2 and later).
+      - Unset, the plan pins it where the version has the flag and sizes the pool from its profile
+        (0.10.2 to 0.33), so a recycled instance (GPUStack recreates it from the same arguments) gets
+        the planned pool even when its torch.compile runs cold; the pinned value is the pool the plan
+        computed from the budget, never more. From 0.34, unset keeps the extensible KV cache on.
+      - V(false), or a version without the flag, pins only C(--gpu-memory-utilization) and charges a
+        cold-compile margin (C(terms.cold_compile_margin)) inside the budget; C(reasons.kv_cache_memory_bytes) says which.
     type: bool
   kv_cache_memory_bytes:
     description: vLLM KV pool per GPU in bytes (C(--kv-cache-memory-bytes), vLLM 0.10.2 and later); the budget is then exactly this.
@@ -469,6 +476,12 @@ plan:
               returned: backend vllm
             kv_budget:
               description: vLLM - the KV memory the budget leaves (before rounding to whole blocks).
+              type: int
+              returned: backend vllm
+            cold_compile_margin:
+              description:
+                - vLLM - KV memory a cold torch.compile costs a pool that is not pinned in bytes (5 % of the
+                  warm KV budget, vllm#54383), charged inside the budget; 0 when C(--kv-cache-memory-bytes) pins the pool.
               type: int
               returned: backend vllm
             nvml_total:

@@ -129,6 +129,24 @@ def test_environment_reaches_the_worker_exactly_and_only_through_a_0600_file(fle
         assert restored.returncode == 0, restored.stdout[-4000:]
 
 
+def test_engine_compile_caches_persist_and_reach_the_worker_environment(fleet):
+    """gpustack_worker_compile_cache_dir (default the cache dir): the engines' compile-cache
+    directories exist (root, 0700) and the running worker's environment, which GPUStack 0.7.1
+    copies into every engine it starts (get_inference_running_env), points there, so a recycled
+    engine instance finds its compile cache warm."""
+    expected = {'VLLM_CACHE_ROOT': '/var/lib/gpustack/cache/vllm',
+                'TORCHINDUCTOR_CACHE_DIR': '/var/lib/gpustack/cache/inductor',
+                'TRITON_CACHE_DIR': '/var/lib/gpustack/cache/triton'}
+    for path in expected.values():
+        assert _on(NODE, 'stat -c %a:%U:%F ' + path) == '700:root:directory'
+    pid = _on(NODE, 'systemctl show --value --property=MainPID gpustack')
+    rc, environ = _module(NODE, 'ansible.builtin.slurp', 'src=/proc/%s/environ' % pid)
+    assert rc == 0, environ
+    seen = dict(entry.split('=', 1) for entry in
+                base64.b64decode(environ['content']).decode('utf-8').split('\0') if '=' in entry)
+    assert {name: seen.get(name) for name in expected} == expected
+
+
 def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
     # No docker engine in the lab: the 2.x unit is rendered (and verified by the role itself)
     # but not started. verify needs ExecStart's binary and the engine unit it Requires= to

@@ -62,7 +62,9 @@ def test_container_runtime(tmp_path):
     desired = desired_state(tmp_path)
     files = {spec['path']: spec for spec in desired['files']}
     assert [p for p, spec in files.items() if spec.get('state') == 'directory'] == [
-        '/var/lib/gpustack', '/var/lib/gpustack/cache', '/var/lib/gpustack/log']
+        '/var/lib/gpustack', '/var/lib/gpustack/cache', '/var/lib/gpustack/log',
+        # the engines' compile caches (gpustack_worker_compile_cache_dir)
+        '/var/lib/gpustack/cache/vllm', '/var/lib/gpustack/cache/inductor', '/var/lib/gpustack/cache/triton']
     config = files['/var/lib/gpustack/config.yaml']
     assert (config['mode'], config['owner']) == ('0600', 'root') and len(config['sha1']) == 40
     assert files['/etc/systemd/system/gpustack-worker.service']['mode'] == '0644'
@@ -100,7 +102,9 @@ def test_native_without_install_checks_no_packages_and_no_executable(tmp_path):
     desired = desired_state(tmp_path, gpustack_worker_runtime='native', gpustack_worker_native_install=False)
     paths = sorted(spec['path'] for spec in desired['files'])
     assert paths == ['/etc/systemd/system/gpustack.service', '/var/lib/gpustack', '/var/lib/gpustack/cache',
-                     '/var/lib/gpustack/config.yaml', '/var/lib/gpustack/log', '/var/lib/gpustack/worker.env']
+                     '/var/lib/gpustack/cache/inductor', '/var/lib/gpustack/cache/triton',
+                     '/var/lib/gpustack/cache/vllm', '/var/lib/gpustack/config.yaml', '/var/lib/gpustack/log',
+                     '/var/lib/gpustack/worker.env']
     assert desired['python_packages'] == []
     assert desired['units'][0]['name'] == 'gpustack.service'
 
