@@ -550,8 +550,8 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
         'total': 'CUDA-visible total of GPU %s (%s), what vLLM budgets from (torch.cuda.mem_get_info'
                  ' total, which excludes the memory the driver keeps): %s [%s]' % (
                      gpu.get('index', '?'), gpu.get('name', '?'), row['cuda'].explain, row['cuda'].source),
-        'budget': (('--kv-cache-memory-bytes %s + the charged terms (util ignored for the budget)'
-                    % _gib(pinned_bytes)) if pinned_bytes else
+        'budget': (('--kv-cache-memory-bytes %s + the charged terms (vLLM ignores util for the budget); '
+                    'planned within ' % _gib(pinned_bytes) if pinned_bytes else '') +
                    'ceil(total x gpu_memory_utilization %g), total = the CUDA-visible total %s, not '
                    'the NVML total %s' % (util, _gib(row['cuda'].cuda_total), _gib(row['cuda'].nvml_total))),
         'weights': w_explain,

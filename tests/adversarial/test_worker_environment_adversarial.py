@@ -117,8 +117,12 @@ def test_values_stay_out_of_the_unit_and_cannot_inject_lines(tmp_path, runtime):
             assert ' -e %s ' % name in exec_start
     else:
         assert 'Environment' not in keys
-    # The file reads back as exactly the environment given (systemd's own parsing rules).
-    assert systemd_parse(env_file) == ENVIRONMENT
+    # The file reads back as exactly the environment given (systemd's own parsing rules), next
+    # to the role's own compile-cache variables (roles/gpustack_worker, compile_cache.py).
+    parsed = systemd_parse(env_file)
+    assert {name: parsed[name] for name in ENVIRONMENT} == ENVIRONMENT
+    assert set(parsed) - set(ENVIRONMENT) == {'VLLM_CACHE_ROOT', 'TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR'}
+    assert all(parsed[name].startswith('/var/lib/gpustack/cache/') for name in set(parsed) - set(ENVIRONMENT))
     files = {spec['path']: spec for spec in desired['files']}
     assert files[env_path]['mode'] == '0600' and files[env_path]['owner'] == 'root'
     assert len(files[env_path]['sha1']) == 40

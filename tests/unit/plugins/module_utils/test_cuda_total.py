@@ -167,7 +167,10 @@ def test_vllm_budget_is_util_times_the_cuda_total_not_nvml():
     cuda = ct.estimate(H100, H100_TOTAL).cuda_total
     mem = _plan(nvml_only).memory[0]
     assert mem.total == cuda and mem.terms['nvml_total'] == H100_TOTAL
-    assert mem.budget == vm.util_bytes(cuda, 0.9)
+    # 0.11.0 pins --kv-cache-memory-bytes (whole blocks of the util budget's rest): the budget
+    # is util x the CUDA total, less what does not fill a block
+    block = mem.terms['kv_bytes_per_block']
+    assert vm.util_bytes(cuda, 0.9) - block < mem.budget <= vm.util_bytes(cuda, 0.9)
     assert 'CUDA-visible' in mem.explain['total'] and 'table:H100 80GB' in mem.explain['total']
     assert 'not the NVML total' in mem.explain['budget']
 
@@ -183,7 +186,8 @@ def test_an_nvml_total_only_gpu_promises_less_kv_than_the_nvml_total_would():
     old = _plan(dict(nvml_only, memory_total_cuda=H100_TOTAL)).memory[0].terms['kv_budget']
     direct = _plan(dict(nvml_only, memory_total_cuda=cuda.cuda_total)).memory[0].terms['kv_budget']
     assert fixed == direct < old
-    assert old - fixed == vm.util_bytes(H100_TOTAL, 0.9) - vm.util_bytes(cuda.cuda_total, 0.9)
+    block = _plan(nvml_only).memory[0].terms['kv_bytes_per_block']    # the pin floors to whole blocks
+    assert abs((old - fixed) - (vm.util_bytes(H100_TOTAL, 0.9) - vm.util_bytes(cuda.cuda_total, 0.9))) < block
     assert old - fixed > 400 * MiB
 
 
