@@ -333,3 +333,72 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
         largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)
     largest = max(1, min(largest, max_num_batched_tokens))
     return [s for s in (1, 2, 4) if s <= largest] + list(range(8, largest + 1, 8))
+
+
+# ---------------------------------------------------------------- profile-run sampler path
+# Which top-k/top-p code the profile run's sampler warm-up (gpu_model_runner._dummy_sampler_run:
+# max_num_seqs dummy requests with top_k = vocab - 1 and top_p = 0.9, i.e. both filters on) goes
+# through, read in the wheels:
+#   'sort'    (0.8.5 ... 0.26.x): forward_cuda (FlashInfer rejection sampling) only when FlashInfer
+#             is installed and VLLM_USE_FLASHINFER_SAMPLER is not 0; a pip install without it, or
+#             the variable at 0, takes forward_native -> apply_top_k_top_p, a full-vocab
+#             logits.sort (v1/sample/ops/topk_topp_sampler.py). The plan cannot see the install, so
+#             it takes the sort, the larger of the two (read in 0.9.1 and 0.11.0; 0.12 - 0.26
+#             not read: kept on the sort, the safe side).
+#   'no_sort' (0.27.0 on): forward_native calls apply_top_k_top_p_triton for batches >= 8
+#             (in place on the fp32 logits, one cached [min(SMs, batch), vocab] fp32 buffer) and
+#             the warm-up runs FlashInfer and native one after the other, neither sorting
+#             (read in 0.27.0 and 0.28.0).
+SAMPLER_NO_SORT_SINCE = (0, 27, 0)
+SAMPLER_TRITON_MIN_BATCH = 8
+
+
+def sampler_path(version, batch):
+    """'sort' or 'no_sort': the top-k/top-p path of the profile run's sampler warm-up."""
+    if version is not None and version.at_least(SAMPLER_NO_SORT_SINCE) and batch >= SAMPLER_TRITON_MIN_BATCH:
+        return 'no_sort'
+    return 'sort'
+
+
+# ---------------------------------------------------------------- MXFP4 MoE kernel (gpt-oss)
+# get_mxfp4_backend (vllm/model_executor/layers/quantization/mxfp4.py in 0.10.1 - 0.11;
+# fused_moe/oracle/mxfp4.py later) picks the Marlin kernel (weight-only FP4, the log says "Your GPU
+# does not have native support for FP4 computation ... leveraging the Marlin kernel") when the GPU's
+# compute capability is below 9.0 (Ampere A100/A6000/A10/3090, Ada L4/L40S/4090), and on Hopper
+# too when torch < 2.8 (the wheels before 0.10.2; vllm#23278 logs Marlin on an H100 with 0.10.1).
+# For Marlin, create_weights allocates the experts with the intermediate size per TP rank rounded
+# up to 128 and the hidden size to 256 (w13 [E, 2 x I_pad, H_pad / 2], w2 [E, H_pad, I_pad / 2],
+# e8m0 scales on the same padded shapes / 32; "n % 256 == 0 and k % 128 == 0"), and
+# prepare_moe_fp4_layer_for_marlin repacks into the same size: gpt-oss's 2880 x 2880 experts
+# become 2944 x 3072, +9.0 % (the SM90 path of the fitted rule above: +6.7 %). Shapes, not fitted.
+MARLIN_MXFP4_HIDDEN_MULTIPLE = 256
+MARLIN_MXFP4_INTERMEDIATE_MULTIPLE = 128
+MXFP4_TRITON_KERNELS_SINCE = (0, 10, 2)      # torch 2.8 wheels: Hopper+ may leave Marlin
+MXFP4_NATIVE_CAPABILITY = (9, 0)
+
+
+def mxfp4_moe_kernel(version, capability):
+    """'marlin' or 'native' (the fitted SM90+ layout above) for gpt-oss MXFP4 experts.
+
+    ``capability`` is (major, minor) or None when unknown: unknown is planned as Marlin, the
+    larger layout (the safe side)."""
+    if capability is None or tuple(capability) < MXFP4_NATIVE_CAPABILITY:
+        return 'marlin'
+    if version is not None and not version.at_least(MXFP4_TRITON_KERNELS_SINCE):
+        return 'marlin'
+    return 'native'
+
+
+def mxfp4_marlin_expert_padding(expert_bytes, hidden_size, intermediate_size, tp):
+    """Extra bytes per TP rank Marlin allocates for MXFP4 experts of ``expert_bytes`` in the
+    checkpoint (weights + scales): every expert matrix is hidden x intermediate/TP, padded to
+    round_up(hidden, 256) x round_up(intermediate/TP, 128)."""
+    if not expert_bytes or not hidden_size or not intermediate_size or tp < 1:
+        return 0
+    per_rank = intermediate_size // tp
+    if not per_rank:
+        return 0
+    h_pad = -(-hidden_size // MARLIN_MXFP4_HIDDEN_MULTIPLE) * MARLIN_MXFP4_HIDDEN_MULTIPLE
+    i_pad = -(-per_rank // MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
+    rank_bytes = expert_bytes // tp
+    return rank_bytes * h_pad * i_pad // (hidden_size * per_rank) - rank_bytes

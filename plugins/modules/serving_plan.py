@@ -345,11 +345,11 @@ plan:
               type: int
               returned: backend vllm
             activation_sampler_warmup:
-              description: vLLM - fp32 logits and sort buffers of the profile run's sampler warm-up (fitted).
+              description: vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32, then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers); a 0.19 B per logit sort residual is fitted.
               type: int
               returned: backend vllm
             activation_hidden_states:
-              description: vLLM - hidden states live during the sampler warm-up (fitted).
+              description: vLLM - hidden states live during the sampler warm-up ([max_num_batched_tokens + 2 x rows, hidden], shapes).
               type: int
               returned: backend vllm
             activation_forward_pass:
