@@ -24,6 +24,16 @@ The planner turns it into the CUDA-visible total itself. The "old" KV column is 
 told that the NVML total is what CUDA sees (the planner before cuda_total): it over-states
 the budget by util x the driver's share; the summary counts over-predictions both ways.
 
+After the splits, one table per card class (cuda_total.CARD_GAPS row) and vLLM version counts
+logs, failed starts, KV within tolerance, the worst KV over-prediction, verdicts and weights
+within 5 %; a second table gives each class's NVML total, the CUDA-visible total cuda_total
+derives from it (the runs' input) and the gap, next to the CUDA totals the logs print. The
+``acceptance:`` lines check the card-class targets (>= 30 logs, >= 6 classes, >= 5 failures,
+KV within max(0.5 GiB, 10 %) on >= 90 %, never > 10 % above the logged KV, verdicts 100 %,
+weights within 5 %); ``card miss:`` lines name each row that misses one. A run whose log gives
+the KV only in tokens ("GPU KV cache size") is scored as tokens x the model's KV bytes per token
+on one GPU, when every layer is full attention (else it is not scored).
+
 Assumptions, stated once: an entry without a version is planned as vLLM 0.11.0 (the
 source document's other revision names v0.11.0, and its graph memory was measured after KV
 allocation, i.e. <= 0.19 accounting); an entry without util gets the util its own logged
@@ -56,8 +66,16 @@ KV_TOLERANCE_FRACTION = 0.10
 KV_TOLERANCE_BYTES = GiB // 2
 # The pass/fail line: the share of logged runs whose KV the planner must hit within the
 # tolerance above, and the share whose outcome (started / failed) it must call right.
-KV_TARGET_FRACTION = 0.80
+KV_TARGET_FRACTION = 0.90
 OUTCOME_TARGET_FRACTION = 1.0
+# The card-class acceptance (issue 12, item 4): enough public logs over enough card classes,
+# with failures among them; the plan's KV never more than 10 % above the logged KV; the
+# planned weights within 5 % of "Model loading took" on every row that logs them.
+MIN_LOGS = 30
+MIN_CARD_CLASSES = 6
+MIN_FAILURES = 5
+KV_MAX_OVER_FRACTION = 0.10
+WEIGHTS_TOLERANCE_FRACTION = 0.05
 
 
 def _model_name(entry):
@@ -128,6 +146,22 @@ def _l(v):
     return '%7s' % ('-' if v is None else '%.2f' % v)
 
 
+def logged_kv(entry, spec):
+    """(bytes, how) of the run's logged KV per GPU: "Available KV cache memory" when logged;
+    else "GPU KV cache size: N tokens" x the model's KV bytes per token on one GPU, for models
+    whose every attention layer keeps every token (sliding-window and hybrid models count tokens
+    per group, so tokens x bytes is not their KV); else (None, why)."""
+    if entry['kv_cache_gib'] is not None:
+        return int(entry['kv_cache_gib'] * GiB), 'GiB'
+    tokens = entry.get('kv_cache_tokens')
+    if tokens is None:
+        return None, 'not logged'
+    if any(kind != 'full' for kind in spec.layer_kinds):
+        return None, 'tokens only, not full attention on every layer'
+    per_token = kv_bytes_per_token(spec, entry['tensor_parallel_size'], spec.dtype_bytes)
+    return tokens * per_token, 'tokens x %d B' % per_token
+
+
 def within(pred_bytes, logged_gib):
     err = pred_bytes - logged_gib * GiB
     return abs(err) <= max(KV_TOLERANCE_BYTES, KV_TOLERANCE_FRACTION * abs(logged_gib * GiB)), err
@@ -144,7 +178,9 @@ def score(entries, sources):
             # util rebuilt from the row's own KV: its answer fed its input
             split, why = splits.FIT, 'util from its own logged terms'
         old_plan = plan_entry(entry, old=True)[1]
+        kv_log, kv_log_how = logged_kv(entry, spec)
         records.append(dict(entry=entry, spec=spec, plan=plan, util=util, util_source=util_source,
+                            kv_log=kv_log, kv_log_how=kv_log_how,
                             version_text=version_text, naive_kv=naive_kv, naive_fits=naive_fits,
                             kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
                             kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
@@ -165,15 +201,15 @@ def print_table(records):
         entry, spec, plan = r['entry'], r['spec'], r['plan']
         mem = plan.memory[0]
         err_text = '      -'
-        if entry['kv_cache_gib'] is not None:
-            err_text = '%+7.2f' % ((r['kv_pred'] - entry['kv_cache_gib'] * GiB) / GiB)
+        if r['kv_log'] is not None:
+            err_text = '%+7.2f' % ((r['kv_pred'] - r['kv_log']) / GiB)
         print('%-32s %-8s %2d %4.2f %5d | %s %s %s | %s %s | %s %s | %s %s | %s %s %s %s %s | %-5s %-5s %-7s' % (
             spec.name.split('/')[-1][:32], r['version_text'] + ('' if entry['vllm_version'] else '*'),
             entry['tensor_parallel_size'], r['util'], entry['max_model_len'], _g(mem.terms['nvml_total']),
             _g(mem.total), _l(entry['gpu_total_gib']), _g(mem.weights),
             _l(entry['weights_gib']), _g(mem.activation), _l(entry['peak_activation_gib']),
             _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(r['kv_pred']), _g(r['kv_old']),
-            _l(entry['kv_cache_gib']), err_text, _g(r['naive_kv']),
+            _l(None if r['kv_log'] is None else r['kv_log'] / GiB), err_text, _g(r['naive_kv']),
             'fits' if plan.feasible else 'NO', 'fits' if r['naive_fits'] else 'NO',
             'started' if r['started'] else 'FAILED'))
         print('    %s: %s%s' % (entry['id'], r['why'], '' if r['util_source'] == 'logged' else
@@ -189,12 +225,12 @@ def summarise(records, split):
     misses = []
     for r in records:
         entry = r['entry']
-        if entry['kv_cache_gib'] is not None:
-            logged = entry['kv_cache_gib'] * GiB
+        if r['kv_log'] is not None:
+            logged = r['kv_log']
             scored += 1
-            ok, err = within(r['kv_pred'], entry['kv_cache_gib'])
+            ok, err = within(r['kv_pred'], logged / GiB)
             planner_ok += ok
-            naive_ok += within(r['naive_kv'], entry['kv_cache_gib'])[0]
+            naive_ok += within(r['naive_kv'], logged / GiB)[0]
             over_new += r['kv_pred'] > logged
             over_old += r['kv_old'] > logged
             worst_new = max(worst_new, r['kv_pred'] - logged)
@@ -221,6 +257,167 @@ def summarise(records, split):
         print('  miss: ' + line)
 
 
+def card_class(entry):
+    """The cuda_total.CARD_GAPS class of the entry's GPU (what gpu_facts' name matches)."""
+    return ct.find_card(entry['gpu']).card
+
+
+def version_label(entry):
+    return entry['vllm_version'] or ASSUMED_VERSION + '*'
+
+
+def _kv_over_fraction(pred, logged):
+    """How far the plan's KV is above the logged KV, as a share of the logged KV; a logged KV
+    <= 0 (a failed start) makes any positive prediction infinitely over."""
+    if logged > 0:
+        return float(pred - logged) / logged
+    return float('inf') if pred > 0 else 0.0
+
+
+def row_checks(r):
+    """Per-run facts the card tables count: KV scored / within / over, weights scored / within."""
+    entry, mem = r['entry'], r['plan'].memory[0]
+    out = dict(kv_scored=r['kv_log'] is not None, kv_ok=False, kv_over=None,
+               w_scored=entry['weights_gib'] is not None, w_ok=False, w_err=None,
+               verdict_ok=r['plan'].feasible == r['started'])
+    if out['kv_scored']:
+        out['kv_ok'] = within(r['kv_pred'], r['kv_log'] / GiB)[0]
+        out['kv_over'] = _kv_over_fraction(r['kv_pred'], r['kv_log'])
+    if out['w_scored']:
+        logged = entry['weights_gib'] * GiB
+        out['w_err'] = float(mem.weights - logged) / logged
+        out['w_ok'] = abs(out['w_err']) <= WEIGHTS_TOLERANCE_FRACTION
+    return out
+
+
+def _over_text(fraction):
+    if fraction is None:
+        return '      -'
+    if fraction == float('inf'):
+        return '    inf'
+    return '%+6.1f%%' % (100.0 * fraction)
+
+
+def _count_text(hits, count):
+    return '%d/%d' % (hits, count) if count else '-'
+
+
+CARD_HEADER = '%-10s %-9s | %4s %5s | %7s %8s | %8s | %7s | %7s' % (
+    'card', 'vLLM', 'logs', 'fails', 'KV ok', 'KV over', 'verdicts', 'W <=5%', 'W err')
+
+
+def card_rows(records):
+    """{(card, version): [record, ...]} in card, then version order."""
+    groups = {}
+    for r in records:
+        groups.setdefault((card_class(r['entry']), version_label(r['entry'])), []).append(r)
+    return [(key, groups[key]) for key in sorted(groups, key=lambda k: (k[0], prof.parse_version(
+        k[1].rstrip('*')).release))]
+
+
+def _card_line(card, version, rows):
+    checks = [row_checks(r) for r in rows]
+    kv = [c for c in checks if c['kv_scored']]
+    weights = [c for c in checks if c['w_scored']]
+    worst_over = max([c['kv_over'] for c in kv] or [None], key=lambda v: -1e9 if v is None else v)
+    worst_w = max([c['w_err'] for c in weights] or [None], key=lambda v: -1.0 if v is None else abs(v))
+    return '%-10s %-9s | %4d %5d | %7s %8s | %8s | %7s | %7s' % (
+        card[:10], version, len(rows), sum(1 for r in rows if not r['started']),
+        _count_text(sum(c['kv_ok'] for c in kv), len(kv)), _over_text(worst_over),
+        _count_text(sum(c['verdict_ok'] for c in checks), len(checks)),
+        _count_text(sum(c['w_ok'] for c in weights), len(weights)), _over_text(worst_w))
+
+
+def print_card_tables(records):
+    """Per card class and vLLM version: logs, failures, KV within max(0.5 GiB, 10 %), the worst
+    KV over-prediction (+ = the plan promises more KV than the engine had), verdicts right,
+    weights within 5 % and the worst weights error; then the totals the runs started from."""
+    print('Per card class and vLLM version (all rows; * = version not logged, planned as %s)' % ASSUMED_VERSION)
+    print('KV ok = within max(0.5 GiB, 10 %) of the logged KV; KV over = worst (pred - log) / log, '
+          '+ is the unsafe side; W err = worst (pred - log) / log of the weights')
+    print(CARD_HEADER)
+    print('-' * len(CARD_HEADER))
+    by_card = {}
+    for (card, version), rows in card_rows(records):
+        print(_card_line(card, version, rows))
+        by_card.setdefault(card, []).extend(rows)
+    print('-' * len(CARD_HEADER))
+    for card in sorted(by_card):
+        print(_card_line(card, 'all', by_card[card]))
+    print(_card_line('ALL', 'all', records))
+    print()
+    print('GPU totals each run started from: NVML = memory.total as gpu_facts reports it for the class '
+          '(cuda_total.CARD_GAPS), CUDA est = cuda_total.estimate() of it (what the plan budgets), '
+          'gap = NVML - CUDA est; CUDA log = total_gpu_memory the logs print (not an input)')
+    header = '%-10s | %9s %9s %9s %7s | %-15s | %9s' % (
+        'card', 'NVML MiB', 'NVML GiB', 'CUDA est', 'gap', 'gap source', 'CUDA log')
+    print(header)
+    print('-' * len(header))
+    for card in sorted(by_card):
+        entry = by_card[card][0]['entry']
+        row = ct.find_card(entry['gpu'])
+        est = ct.estimate(entry['gpu'], row.nvml_total_mib * ct.MiB)
+        logged = sorted(set(r['entry']['gpu_total_gib'] for r in by_card[card]
+                            if r['entry']['gpu_total_gib'] is not None))
+        print('%-10s | %9d %9.2f %9.2f %7.2f | %-15s | %9s' % (
+            card[:10], row.nvml_total_mib, est.nvml_total / GiB, est.cuda_total / GiB, est.gap / GiB,
+            ('derived' if row.derived else 'logged') + ' row', '/'.join('%.2f' % v for v in logged) or '-'))
+
+
+def acceptance_lines(records):
+    """One ``acceptance:`` line per target of the card-class acceptance, PASS or FAIL."""
+    checks = [row_checks(r) for r in records]
+    entries = set(r['entry']['id'] for r in records)
+    classes = sorted(set(card_class(r['entry']) for r in records))
+    failures = sum(1 for r in records if not r['started'])
+    kv = [c for c in checks if c['kv_scored']]
+    kv_ok = sum(c['kv_ok'] for c in kv)
+    over = [c for c in kv if c['kv_over'] > KV_MAX_OVER_FRACTION]
+    worst_over = max([c['kv_over'] for c in kv] or [0.0])
+    verdicts = sum(c['verdict_ok'] for c in checks)
+    weights = [c for c in checks if c['w_scored']]
+    w_ok = sum(c['w_ok'] for c in weights)
+
+    def line(what, ok):
+        print('acceptance: %s: %s' % (what, 'PASS' if ok else 'FAIL'))
+
+    line('public logs %d runs from %d entries (target >= %d)' % (len(records), len(entries), MIN_LOGS),
+         len(records) >= MIN_LOGS)
+    line('card classes %d: %s (target >= %d)' % (len(classes), ', '.join(classes), MIN_CARD_CLASSES),
+         len(classes) >= MIN_CARD_CLASSES)
+    line('failed starts %d (target >= %d)' % (failures, MIN_FAILURES), failures >= MIN_FAILURES)
+    share = float(kv_ok) / len(kv) if kv else 0.0
+    line('KV within max(0.5 GiB, 10 %%) on %d/%d logs with a logged KV (%.0f %%; target >= %.0f %%)' % (
+        kv_ok, len(kv), 100.0 * share, 100.0 * KV_TARGET_FRACTION), bool(kv) and share >= KV_TARGET_FRACTION)
+    line('KV never more than %.0f %% above the logged KV: %d over, worst %s' % (
+        100.0 * KV_MAX_OVER_FRACTION, len(over), _over_text(worst_over).strip()), not over)
+    line('verdicts (starts / fails) right on %d/%d runs (target 100 %%)' % (verdicts, len(checks)),
+         verdicts == len(checks))
+    line('weights within %.0f %% on %d/%d logs with logged weights (target all)' % (
+        100.0 * WEIGHTS_TOLERANCE_FRACTION, w_ok, len(weights)), bool(weights) and w_ok == len(weights))
+
+
+def print_misses(records):
+    """The rows that miss a card-class target, with predicted and logged figures."""
+    for r in records:
+        c = row_checks(r)
+        why = []
+        if c['kv_scored'] and not c['kv_ok']:
+            why.append('KV pred %.2f vs log %.2f GiB (%s)' % (r['kv_pred'] / GiB, r['kv_log'] / GiB, r['kv_log_how']))
+        if c['kv_scored'] and c['kv_over'] > KV_MAX_OVER_FRACTION:
+            why.append('KV %s above the log' % _over_text(c['kv_over']).strip())
+        if not c['verdict_ok']:
+            why.append('verdict %s vs %s' % ('fits' if r['plan'].feasible else 'NO',
+                                             'started' if r['started'] else 'FAILED'))
+        if c['w_scored'] and not c['w_ok']:
+            why.append('weights pred %.2f vs log %.2f GiB (%s)' % (
+                r['plan'].memory[0].weights / GiB, r['entry']['weights_gib'], _over_text(c['w_err']).strip()))
+        if why:
+            print('  card miss: %s [%s, vLLM %s, TP%d]: %s' % (
+                r['entry']['id'], card_class(r['entry']), version_label(r['entry']),
+                r['entry']['tensor_parallel_size'], '; '.join(why)))
+
+
 def main():
     with open(DATA) as handle:
         entries = json.load(handle)['entries']
@@ -239,6 +436,11 @@ def main():
         if split != splits.TOTAL:
             print_table(chosen)
         summarise(chosen, split)
+    print()
+    print_card_tables(records)
+    print()
+    acceptance_lines(records)
+    print_misses(records)
     print()
     print('* version not logged: planned as vLLM %s (see module docstring)' % ASSUMED_VERSION)
     print('G = CUDA graph pool (outside the budget in this era, so it does not move KV); logged '

@@ -150,6 +150,8 @@ CATALOG = dict([
     # ---- Qwen2 / Qwen2.5
     _entry('Qwen/Qwen2-7B', _QWEN2_7B),
     _entry('Qwen/Qwen2-72B', _QWEN2_72B),
+    # Qwen2-7B-Instruct: the Qwen2-7B config with a 32768-token max_position_embeddings.
+    _entry('Qwen/Qwen2-7B-Instruct', _QWEN2_7B, max_position_embeddings=32768),
     _entry('Qwen/Qwen2.5-7B', _QWEN2_7B),
     _entry('Qwen/Qwen2.5-7B-Instruct', _QWEN2_7B, max_position_embeddings=32768,
            **_total(15231233024, 'Qwen2.5-7B-Instruct index total_size, quoted with the '
@@ -201,6 +203,12 @@ CATALOG = dict([
            _weight_bytes_source='Qwen/Qwen3-32B model.safetensors.index.json (17 shards), '
                                 'quoted verbatim in public repos (find_string '
                                 '"total_size": 65524246528)'),
+    # DeepSeek-R1-0528-Qwen3-8B: the Qwen3-8B architecture distilled from R1-0528; its config
+    # differs from Qwen3-8B only in max_position_embeddings (131072, YaRN x4 over 32768).
+    _entry('deepseek-ai/DeepSeek-R1-0528-Qwen3-8B', _QWEN3_BASE, num_hidden_layers=36,
+           hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+           num_key_value_heads=8, tie_word_embeddings=False, max_window_layers=36,
+           max_position_embeddings=131072),
     # ---- Qwen3 MoE
     _entry('Qwen/Qwen3-30B-A3B', _QWEN3_MOE, num_hidden_layers=48, hidden_size=2048,
            intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
