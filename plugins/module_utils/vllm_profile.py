@@ -338,18 +338,19 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
 # ---------------------------------------------------------------- profile-run sampler path
 # Which top-k/top-p code the profile run's sampler warm-up (gpu_model_runner._dummy_sampler_run:
 # max_num_seqs dummy requests with top_k = vocab - 1 and top_p = 0.9, i.e. both filters on) goes
-# through, read in the wheels:
-#   'sort'    (0.8.5 ... 0.26.x): forward_cuda (FlashInfer rejection sampling) only when FlashInfer
-#             is installed and VLLM_USE_FLASHINFER_SAMPLER is not 0; a pip install without it, or
-#             the variable at 0, takes forward_native -> apply_top_k_top_p, a full-vocab
-#             logits.sort (v1/sample/ops/topk_topp_sampler.py). The plan cannot see the install, so
-#             it takes the sort, the larger of the two (read in 0.9.1 and 0.11.0; 0.12 - 0.26
-#             not read: kept on the sort, the safe side).
-#   'no_sort' (0.27.0 on): forward_native calls apply_top_k_top_p_triton for batches >= 8
-#             (in place on the fp32 logits, one cached [min(SMs, batch), vocab] fp32 buffer) and
-#             the warm-up runs FlashInfer and native one after the other, neither sorting
-#             (read in 0.27.0 and 0.28.0).
-SAMPLER_NO_SORT_SINCE = (0, 27, 0)
+# through, read in the wheels (v1/sample/ops/topk_topp_sampler.py):
+#   'sort'    (0.8.5 ... 0.16.x): forward_native -> apply_top_k_top_p, a full-vocab logits.sort.
+#             0.12.0 - 0.16.0 take it always (FlashInfer sampling is opt-in, "Users must opt in
+#             explicitly via VLLM_USE_FLASHINFER_SAMPLER=1"); 0.9.1 - 0.11.0 take FlashInfer instead
+#             when flashinfer is installed (an optional extra of those wheels, in the docker images)
+#             and VLLM_USE_FLASHINFER_SAMPLER is not 0 -- the plan cannot see the install, so it
+#             takes the sort, the larger of the two.
+#   'no_sort' (0.17.0 on): apply_top_k_top_p calls apply_top_k_top_p_triton for batches >= 8
+#             (topk_topp_triton.py, new in 0.17.0: in place on the fp32 logits, one cached
+#             [min(SMs, batch), vocab] fp32 buffer) and FlashInfer does not sort either; from 0.27.0
+#             the warm-up runs FlashInfer and the native path one after the other (read in 0.17.0,
+#             0.19.0, 0.27.0, 0.28.0).
+SAMPLER_NO_SORT_SINCE = (0, 17, 0)
 SAMPLER_TRITON_MIN_BATCH = 8
 
 
@@ -374,17 +375,20 @@ def sampler_path(version, batch):
 MARLIN_MXFP4_HIDDEN_MULTIPLE = 256
 MARLIN_MXFP4_INTERMEDIATE_MULTIPLE = 128
 MXFP4_TRITON_KERNELS_SINCE = (0, 10, 2)      # torch 2.8 wheels: Hopper+ may leave Marlin
-MXFP4_NATIVE_CAPABILITY = (9, 0)
+MXFP4_NATIVE_CAPABILITY = (10, 0)
 
 
 def mxfp4_moe_kernel(version, capability):
-    """'marlin' or 'native' (the fitted SM90+ layout above) for gpt-oss MXFP4 experts.
+    """'marlin' or 'native' (the fitted 256-wide layout above) for gpt-oss MXFP4 experts.
 
-    ``capability`` is (major, minor) or None when unknown: unknown is planned as Marlin, the
-    larger layout (the safe side)."""
+    Below 9.0: Marlin, always. Hopper (9.x): Marlin with torch < 2.8 (vLLM < 0.10.2), and from
+    0.10.2 whenever triton_kernels / FlashInfer are not installed -- which the plan cannot see:
+    the H100 logs split both ways at the same version (llm-d 64.38 GiB native; vllm#23278 65.97 and
+    vllm#27508 Marlin-sized), so Hopper is planned as Marlin, the larger layout. Blackwell (10+)
+    keeps the fitted layout (its FlashInfer paths were not read). ``capability`` None (unknown)
+    is planned as Marlin."""
+    del version   # Marlin on every version up to Hopper (the torch-2.8 split is moot, see above)
     if capability is None or tuple(capability) < MXFP4_NATIVE_CAPABILITY:
-        return 'marlin'
-    if version is not None and not version.at_least(MXFP4_TRITON_KERNELS_SINCE):
         return 'marlin'
     return 'native'
 
