@@ -267,10 +267,11 @@ def version_label(entry):
 
 
 def _kv_over_fraction(pred, logged):
-    """How far the plan's KV is above the logged KV, as a share of the logged KV; a logged KV
-    <= 0 (a failed start) makes any positive prediction infinitely over."""
-    if logged > 0:
-        return float(pred - logged) / logged
+    """How far the plan's KV is above the logged KV, as a share of the logged KV's size
+    (+ = above, the unsafe side; a negative logged KV, a failed start, counts the same way);
+    a logged KV of exactly 0 makes any positive prediction infinitely over."""
+    if logged:
+        return float(pred - logged) / abs(logged)
     return float('inf') if pred > 0 else 0.0
 
 
