@@ -99,6 +99,13 @@ ACTIVATION_SOURCE_ROWS = (_LLMD_GPT_OSS_20B, _LLMD_GPT_OSS_120B, _LLMD_LLAMA70B_
 # [max_num_batched_tokens, hidden] hidden states, the [R, hidden] gathered last positions and
 # their torch.rand_like replacement (_dummy_sampler_run). Shapes, not fitted.
 HIDDEN_STATE_ROW_COPIES = 2
+# Policy guard, NOT physics: from 0.17 the shapes give the no-sort warm-up above, but the logs of
+# that era show memory this model does not explain yet -- gpt-oss-20b on an A100 with 0.19.0
+# (row myoceane-a100-80gb-gpt-oss-20b-tp1-u065) is planned 0.25 GiB above its logged KV with the
+# no-sort bytes alone, and 7B models on 24 GB A10G/L4 cards with 0.27/0.28 log ~50 % less KV than
+# the plan (issue 12). Until that is explained the plan keeps charging what the sort path would
+# hold: the difference is the named term activation_unexplained_reserve (0 before 0.17).
+NO_SORT_ERA_RESERVE = True
 # Forward pass of the profile run (what dominates when max_num_seqs is small or chunked
 # prefill is off): residual + hidden + two norm outputs, and the FFN gate/up (2 x ffn) +
 # activation output (1 x ffn), sharded by TP. Physical, not fitted.
@@ -375,22 +382,32 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     hidden_states = (max_num_batched_tokens + HIDDEN_STATE_ROW_COPIES * rows) * spec.hidden_size * spec.dtype_bytes
     forward = max_num_batched_tokens * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
-    sampler_phase = sampler + hidden_states
+    reserve = 0
+    if path == 'no_sort' and NO_SORT_ERA_RESERVE:
+        sort_parts, _ = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, None)
+        reserve = max(0, sum(sort_parts.values()) - sampler)
+    sampler_phase = sampler + hidden_states + reserve
     peak = max(sampler_phase, forward)
     terms = {'activation_sampler_warmup': sampler, 'activation_hidden_states': hidden_states,
-             'activation_forward_pass': forward}
+             'activation_forward_pass': forward, 'activation_unexplained_reserve': reserve}
     per_logit = ' + '.join('%s %s' % (name.replace('_', ' '), _gib(size)) for name, size in parts.items())
-    explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s, forward pass %s) = %s; '
+    guard = ''
+    if reserve:
+        guard = ('; + unexplained reserve %s (policy guard, not physics: the sort path\'s bytes are '
+                 'kept from 0.17 until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
+                 'explained)' % _gib(reserve))
+    explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '
                'topk_topp_sampler.py; only the sort residual, 0.19 B per logit, is fitted on the 7 llm-d '
                'H100 rows); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
                'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens x (4 x hidden + 3 '
                'x FFN %d / TP %d) x %d B (shapes)' % (
-                   _gib(sampler), _gib(hidden_states), _gib(forward), _gib(peak), path,
+                   _gib(sampler), _gib(hidden_states), (' + reserve %s' % _gib(reserve)) if reserve else '',
+                   _gib(forward), _gib(peak), path,
                    version or 'unknown', max_num_seqs, max_num_batched_tokens, rows, spec.vocab_size,
                    per_logit, max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
-                   spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp, spec.dtype_bytes))
+                   spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp, spec.dtype_bytes)) + guard
     return peak, terms, explain
 
 

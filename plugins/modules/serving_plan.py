@@ -352,6 +352,10 @@ plan:
               description: vLLM - hidden states live during the sampler warm-up ([max_num_batched_tokens + 2 x rows, hidden], shapes).
               type: int
               returned: backend vllm
+            activation_unexplained_reserve:
+              description: vLLM >= 0.17 - a policy guard, not physics - the bytes the pre-0.17 full-vocab sort would hold beyond the no-sort warm-up, kept until the memory logs of 0.19 - 0.28 show above the model is explained (0 before 0.17).
+              type: int
+              returned: backend vllm
             activation_forward_pass:
               description: vLLM - the forward pass of the profile run (residual, norms, FFN; physical).
               type: int

@@ -75,7 +75,22 @@ def test_sampler_path_follows_the_version_table(version, batch, path):
 def test_no_version_plans_the_sort_path_the_larger_one():
     spec = resolve_model('Qwen/Qwen2.5-7B-Instruct')
     assert vm.sampler_warmup_terms(spec, 256, 2048)[1] == 'sort'
-    assert vm.activation_peak(spec, 1, 256, 2048)[0] > vm.activation_peak(spec, 1, 256, 2048, v('0.28.0'))[0]
+    assert vm.activation_peak(spec, 1, 256, 2048)[0] == vm.activation_peak(spec, 1, 256, 2048, v('0.11.0'))[0]
+
+
+def test_from_0_17_the_sort_bytes_beyond_the_shapes_are_a_named_guard_not_physics():
+    """The no-sort shapes are what vLLM >= 0.17 allocates; the plan still charges the sort path's
+    total until the logs of that era are explained, as activation_unexplained_reserve, labelled in
+    the explanation as a policy guard."""
+    spec = resolve_model('Qwen/Qwen2.5-7B-Instruct')
+    peak_old, terms_old, _ = vm.activation_peak(spec, 1, 256, 2048, v('0.11.0'))
+    peak_new, terms_new, explain = vm.activation_peak(spec, 1, 256, 2048, v('0.28.0'))
+    assert terms_old['activation_unexplained_reserve'] == 0
+    assert terms_new['activation_sampler_warmup'] == 661782528
+    assert terms_new['activation_unexplained_reserve'] == 1486674984 - 661782528
+    assert peak_new == peak_old
+    assert 'policy guard, not physics' in explain
+    assert 'no_sort path' in explain
 
 
 def test_hidden_states_live_during_the_sampler_are_shapes():
@@ -183,13 +198,14 @@ def test_24gb_single_gpu_8b_kv_does_not_exceed_the_log():
     assert plan.memory[0].terms['kv_budget'] <= 4.47 * GiB
 
 
-def test_a100_gpt_oss_20b_0_19_kv_within_a_percent_of_the_log():
-    """myoceane-a100-80gb-gpt-oss-20b-tp1-u065 (vLLM 0.19.0, util 0.65): 36.56 GiB KV logged;
-    Marlin weights and the 0.17+ no-sort sampler bring the plan within 1 % (the old planner was
-    0.54 GiB low on weights it did not pad for Marlin)."""
+def test_a100_gpt_oss_20b_0_19_kv_under_and_within_5_percent_of_the_log():
+    """myoceane-a100-80gb-gpt-oss-20b-tp1-u065 (vLLM 0.19.0, util 0.65): 36.56 GiB KV logged.
+    With Marlin weights the plan stays under the log and within 5 % (with the no-sort bytes alone,
+    without the guard, it would be 0.25 GiB above)."""
     spec = resolve_model('openai/gpt-oss-20b')
     plan = plan_vllm(spec, card('NVIDIA A100 80GB'), Traffic(65536, 65536, 1),
                      dict(tensor_parallel_size=1, gpu_memory_utilization=0.65, max_model_len=131072,
                           max_num_seqs=256), '0.19.0')
     kv = plan.memory[0].terms['kv_budget']
-    assert kv / (36.56 * GiB) == pytest.approx(1.0, abs=0.01)
+    assert kv <= 36.56 * GiB
+    assert kv / (36.56 * GiB) == pytest.approx(1.0, abs=0.05)
