@@ -340,9 +340,11 @@ def weights_per_gpu(spec, tp, gpu=None, version=None):
         (' + k/v projections replicated (%d KV heads < TP %d) %s' % (
             spec.num_kv_heads, tp, _gib(kv_replication))) if kv_replication else '',
         (' + MXFP4 experts padded %s' % (
-            ('for the Marlin kernel (compute capability < 9.0 or torch < 2.8: hidden to 256, '
-             'intermediate / TP to 128) %s' % _gib(expert_padding)) if kernel == 'marlin' else
-            ('to 256-wide by vLLM %s' % _gib(expert_padding)))) if expert_padding else '',
+            ('for the Marlin kernel vLLM picks below compute capability 10 (hidden to 256, '
+             'intermediate / TP to 128; shapes from mxfp4.py create_weights) %s' % _gib(expert_padding))
+            if kernel == 'marlin' else
+            ('to 256-wide by vLLM (fitted on the llm-d H100 gpt-oss rows) %s' % _gib(expert_padding))))
+        if expert_padding else '',
         spec.weight_bytes_note or ('exact' if spec.weight_bytes_exact else 'from the model spec')))
     return total, terms, explain
 

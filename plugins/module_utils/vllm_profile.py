@@ -374,7 +374,6 @@ def sampler_path(version, batch):
 # become 2944 x 3072, +9.0 % (the SM90 path of the fitted rule above: +6.7 %). Shapes, not fitted.
 MARLIN_MXFP4_HIDDEN_MULTIPLE = 256
 MARLIN_MXFP4_INTERMEDIATE_MULTIPLE = 128
-MXFP4_TRITON_KERNELS_SINCE = (0, 10, 2)      # torch 2.8 wheels: Hopper+ may leave Marlin
 MXFP4_NATIVE_CAPABILITY = (10, 0)
 
 
