@@ -350,6 +350,12 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
 #             [min(SMs, batch), vocab] fp32 buffer) and FlashInfer does not sort either; from 0.27.0
 #             the warm-up runs FlashInfer and the native path one after the other (read in 0.17.0,
 #             0.19.0, 0.27.0, 0.28.0).
+# Not modelled separately (vllm_memory keeps the sort path's bytes charged from 0.17, see
+# NO_SORT_ERA_RESERVE): in 0.27 and 0.28 dense (non-MoE) models default to Model Runner V2
+# (config/vllm.py use_v2_model_runner; v1/worker/gpu/model_runner.py), whose profile-run sampler
+# applies no top-k/top-p ("the sampler may skip top_k, top_p, and logprobs, using less GPU memory
+# than what is possible during actual execution") and which keeps output_bin_counts, a
+# [max_num_seqs, vocab] int32 tensor, for the whole run (v1/worker/gpu/sample/penalties.py).
 SAMPLER_NO_SORT_SINCE = (0, 17, 0)
 SAMPLER_TRITON_MIN_BATCH = 8
 
