@@ -147,6 +147,9 @@ def test_mxfp4_kernel_by_compute_capability(capability, kernel):
     (dict(name='Mystery', compute_capability='8.6.1'), None),
     (dict(name='Mystery', compute_capability='123.4'), None),
     (dict(name=None, compute_capability=None), None),
+    (dict(name='NVIDIA L4', compute_capability=['8', '9']), (8, 9)),           # not a string: the name
+    (dict(name='Mystery', compute_capability=True), None),
+    (dict(name='Mystery', compute_capability='-8.6'), None),
 ])
 def test_compute_capability_from_the_fact_or_the_card_name(gpu, capability):
     assert vm.gpu_compute_capability(gpu) == capability
