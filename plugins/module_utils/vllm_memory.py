@@ -73,14 +73,15 @@ NVLINK_CLASS_NAME_HINTS = ('sxm', 'hbm', 'h100', 'h200', 'h800', 'h20', 'b200', 
 # Sampler warm-up of the profile run, from the shapes vLLM allocates (per logit element of the
 # [R, vocab] logits, R = min(max_num_seqs, max_num_batched_tokens): _dummy_run schedules that many
 # requests and hands hidden_states[logit_indices] to _dummy_sampler_run,
-# vllm/v1/worker/gpu_model_runner.py in 0.9.1, 0.11.0, 0.27.0 and 0.28.0):
+# vllm/v1/worker/gpu_model_runner.py in 0.9.1, 0.11.0, 0.27.0 and 0.28.0; the path per version
+# in vllm_profile.sampler_path, read in 0.9.1 - 0.28.0):
 #   lm_head output in the model dtype (LogitsProcessor.compute_logits)         dtype B
 #   logits.to(torch.float32) (Sampler.forward, vllm/v1/sample/sampler.py)          4 B
 # then, by top-k/top-p path (vllm_profile.sampler_path):
 #   'sort' (apply_top_k_top_p, v1/sample/ops/topk_topp_sampler.py): logits.sort(dim=-1) returns
 #     fp32 values 4 B + int64 indices 8 B; the CUDA pair sort underneath reads an int64 iota 8 B
 #     and keeps cub radix-sort alternate key/value buffers 4 + 8 B                 32 B
-#   'no_sort' (0.27+: FlashInfer top_k_mask_logits + softmax, or the Triton kernel in place +
+#   'no_sort' (0.17+: FlashInfer top_k_mask_logits + softmax, or the Triton kernel in place +
 #     softmax probs + exponential noise q, whichever the warm-up runs): 2 x 4 B     8 B
 #     plus one cached [min(SMs, R), vocab] fp32 buffer of the Triton kernel
 # With bf16 the sort path sums to 38 B per logit; the least-squares fit of the 7 llm-d H100 rows
@@ -278,7 +279,8 @@ def _attention_layers(spec):
 
 
 # Compute capability by card name, for GPUs whose facts carry no compute_capability: the
-# MXFP4 kernel choice (vllm_profile.mxfp4_moe_kernel) turns on major < 9.
+# MXFP4 kernel choice (vllm_profile.mxfp4_moe_kernel) turns on major < 10. An unknown card is
+# None, which that choice plans as Marlin (the larger layout).
 CAPABILITY_NAME_HINTS = (
     (('h100', 'h200', 'h800', 'h20', 'gh200'), (9, 0)),
     (('b200', 'b300', 'gb200', 'gb300', 'b100'), (10, 0)),
@@ -309,7 +311,7 @@ def gpu_compute_capability(gpu):
 def weights_per_gpu(spec, tp, gpu=None, version=None):
     """(bytes, terms, explain) of the weights one TP rank loads. ``gpu`` and ``version`` pick
     the MXFP4 MoE kernel layout (vllm_profile.mxfp4_moe_kernel); without a gpu the fitted
-    SM90 layout is used."""
+    256-wide layout (the llm-d H100 rows) is used."""
     sharded = spec.weight_bytes // tp
     replicated = spec.replicated_bytes - spec.replicated_bytes // tp
     kv_replication = 0
