@@ -55,7 +55,7 @@ import _splits as splits
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import (
     kv_bytes_per_token, plan_vllm)
@@ -103,11 +103,45 @@ def runs(entries):
 
 
 def nvml_total(entry):
-    """What gpu_facts reports as memory_total for the entry's card: its class's NVML total."""
+    """What gpu_facts reports as memory_total for the entry's card: its class's NVML total, or,
+    for a card in no cuda_total.CARD_GAPS row, the NVML total the source itself prints
+    (``gpu_nvml_total_mib``, nvidia-smi's memory.total); None when neither is known. A card in
+    no row is then planned the way the fleet would plan it: cuda_total's default margin."""
     row = ct.find_card(entry['gpu'])
-    if row is None:
-        raise SystemExit('no cuda_total.CARD_GAPS row for %r: add one (with its source)' % entry['gpu'])
-    return row.nvml_total_mib * ct.MiB
+    if row is not None:
+        return row.nvml_total_mib * ct.MiB
+    mib = entry.get('gpu_nvml_total_mib')
+    if mib is None:
+        return None
+    if isinstance(mib, bool) or not isinstance(mib, int) or not 1024 <= mib <= 1024 * 1024:
+        raise PlanInputError('%s.gpu_nvml_total_mib' % entry.get('id'),
+                             'must be a whole number of MiB in [1024, 1048576], got %r' % (mib,))
+    return mib * ct.MiB
+
+
+def unplanned_reason(entry):
+    """Why the planner on this branch cannot rebuild the entry's run (None = it can): a V0 log
+    with no version, a version the planner does not support (vllm_profile.SUPPORTED_TEXT; the
+    V0 releases wait for the versions branch), a card with no NVML total, a model not in the
+    catalog. Such rows are counted, not scored, so that they count as soon as the planner
+    covers them."""
+    if entry['vllm_version'] is None and entry.get('engine') == 'V0':
+        return 'V0 engine, version not logged'
+    try:
+        prof.parse_version(entry['vllm_version'] or ASSUMED_VERSION)
+    except PlanInputError as exc:
+        return 'version unsupported on this branch (%s)' % exc
+    try:
+        total = nvml_total(entry)
+    except PlanInputError as exc:
+        return 'bad NVML total (%s)' % exc
+    if total is None:
+        return 'no NVML total for %r (no cuda_total.CARD_GAPS row, none in the entry)' % entry['gpu']
+    try:
+        resolve_model(_model_name(entry))
+    except (PlanInputError, ValueError) as exc:
+        return 'model not plannable (%s)' % exc
+    return None
 
 
 def plan_entry(entry, old=False):
@@ -168,10 +202,16 @@ def within(pred_bytes, logged_gib):
 
 
 def score(entries, sources):
-    """One record per run: the plan, the old plan, the naive figures and the run's split
-    (a run the notes add inherits its row's id and split)."""
+    """(records, unplanned): one record per run the planner rebuilds (the plan, the old plan,
+    the naive figures and the run's split; a run the notes add inherits its row's id and
+    split), and (entry, why) for each run it cannot (``unplanned_reason``)."""
     records = []
+    unplanned = []
     for entry in runs(entries):
+        why_not = unplanned_reason(entry)
+        if why_not is not None:
+            unplanned.append((entry, why_not))
+            continue
         spec, plan, util, util_source, version_text, naive_kv, naive_fits = plan_entry(entry)
         split, why = splits.row_split(entry, sources)
         if util_source == 'from logged terms' and split != splits.FIT:
@@ -185,7 +225,7 @@ def score(entries, sources):
                             kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
                             kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
                             started=entry['startup_outcome'] == 'started', split=split, why=why))
-    return records
+    return records, unplanned
 
 
 HEADER = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
@@ -258,8 +298,13 @@ def summarise(records, split):
 
 
 def card_class(entry):
-    """The cuda_total.CARD_GAPS class of the entry's GPU (what gpu_facts' name matches)."""
-    return ct.find_card(entry['gpu']).card
+    """The cuda_total.CARD_GAPS class of the entry's GPU (what gpu_facts' name matches); for a
+    card in no row, its name without the vendor words."""
+    row = ct.find_card(entry['gpu'])
+    if row is not None:
+        return row.card
+    words = [w for w in str(entry['gpu']).split() if w not in ('NVIDIA', 'GeForce')]
+    return ' '.join(words) or str(entry['gpu'])
 
 
 def version_label(entry):
@@ -357,16 +402,19 @@ def print_card_tables(records):
     for card in sorted(by_card):
         entry = by_card[card][0]['entry']
         row = ct.find_card(entry['gpu'])
-        est = ct.estimate(entry['gpu'], row.nvml_total_mib * ct.MiB)
+        total = nvml_total(entry)
+        est = ct.estimate(entry['gpu'], total)
         logged = sorted(set(r['entry']['gpu_total_gib'] for r in by_card[card]
                             if r['entry']['gpu_total_gib'] is not None))
+        source = 'default margin' if row is None else ('derived' if row.derived else 'logged') + ' row'
         print('%-10s | %9d %9.2f %9.2f %7.2f | %-15s | %9s' % (
-            card[:10], row.nvml_total_mib, est.nvml_total / GiB, est.cuda_total / GiB, est.gap / GiB,
-            ('derived' if row.derived else 'logged') + ' row', '/'.join('%.2f' % v for v in logged) or '-'))
+            card[:10], total // ct.MiB, est.nvml_total / GiB, est.cuda_total / GiB, est.gap / GiB,
+            source, '/'.join('%.2f' % v for v in logged) or '-'))
 
 
-def acceptance_lines(records):
-    """One ``acceptance:`` line per target of the card-class acceptance, PASS or FAIL."""
+def acceptance_lines(records, unplanned=()):
+    """One ``acceptance:`` line per target of the card-class acceptance, PASS or FAIL. Only runs
+    the planner rebuilds count; the ``not planned`` lines say what the others would add."""
     checks = [row_checks(r) for r in records]
     entries = set(r['entry']['id'] for r in records)
     classes = sorted(set(card_class(r['entry']) for r in records))
@@ -396,6 +444,17 @@ def acceptance_lines(records):
          verdicts == len(checks))
     line('weights within %.0f %% on %d/%d logs with logged weights (target all)' % (
         100.0 * WEIGHTS_TOLERANCE_FRACTION, w_ok, len(weights)), bool(weights) and w_ok == len(weights))
+    if unplanned:
+        all_classes = sorted(set(classes) | set(card_class(e) for e, _ in unplanned))
+        print('not planned: %d runs (counted in no target above): with them %d runs, %d failed starts, '
+              '%d card classes: %s' % (
+                  len(unplanned), len(records) + len(unplanned),
+                  failures + sum(1 for e, _ in unplanned if e['startup_outcome'] != 'started'),
+                  len(all_classes), ', '.join(all_classes)))
+        for entry, why in unplanned:
+            print('  not planned: %s [%s, vLLM %s, TP%d]: %s' % (
+                entry['id'], card_class(entry), entry['vllm_version'] or '?',
+                entry['tensor_parallel_size'], why))
 
 
 def print_misses(records):
@@ -423,7 +482,7 @@ def main():
     with open(DATA) as handle:
         entries = json.load(handle)['entries']
     sources = splits.fitted_source_rows(splits.VLLM_MODULES)
-    records = score(entries, sources)
+    records, unplanned = score(entries, sources)
     print('vLLM planner vs logged startups (%s); GiB per GPU; pred = kvpin plan, log = vLLM log, '
           'naive = util x total - weights' % os.path.relpath(DATA, ROOT))
     print('totals: NVML = what gpu_facts reports (the input), CUDA est = the planner\'s CUDA-visible '
@@ -440,7 +499,7 @@ def main():
     print()
     print_card_tables(records)
     print()
-    acceptance_lines(records)
+    acceptance_lines(records, unplanned)
     print_misses(records)
     print()
     print('* version not logged: planned as vLLM %s (see module docstring)' % ASSUMED_VERSION)

@@ -151,6 +151,10 @@ CATALOG = dict([
     _entry('Qwen/Qwen2-7B', _QWEN2_7B),
     _entry('Qwen/Qwen2-72B', _QWEN2_72B),
     # Qwen2-7B-Instruct: the Qwen2-7B config with a 32768-token max_position_embeddings.
+    # Checked against the repo's config.json as a public model report quotes it in full
+    # (find_string "Qwen2-7B-Instruct/config.json": hidden 3584, intermediate 18944, 28 layers,
+    # 28 heads, 4 KV heads, vocab 152064, max_position_embeddings 32768, untied, bf16; its
+    # tensor inventory: 339 tensors, 7,615,616,512 parameters).
     _entry('Qwen/Qwen2-7B-Instruct', _QWEN2_7B, max_position_embeddings=32768),
     _entry('Qwen/Qwen2.5-7B', _QWEN2_7B),
     _entry('Qwen/Qwen2.5-7B-Instruct', _QWEN2_7B, max_position_embeddings=32768,
@@ -203,8 +207,14 @@ CATALOG = dict([
            _weight_bytes_source='Qwen/Qwen3-32B model.safetensors.index.json (17 shards), '
                                 'quoted verbatim in public repos (find_string '
                                 '"total_size": 65524246528)'),
-    # DeepSeek-R1-0528-Qwen3-8B: the Qwen3-8B architecture distilled from R1-0528; its config
-    # differs from Qwen3-8B only in max_position_embeddings (131072, YaRN x4 over 32768).
+    # DeepSeek-R1-0528-Qwen3-8B: the Qwen3-8B architecture distilled from R1-0528 (its model
+    # card: "distilling the chain-of-thought from DeepSeek-R1-0528 to post-train Qwen3 8B Base",
+    # quoted in public GGUF READMEs). What is checked: the KV shape, by vLLM's own figure in
+    # the solodba RTX 3090 log (benchmarks/data): 4.50 GiB for 32768 tokens = 147456 B/token =
+    # 36 layers x 8 KV heads x 128 x 2 x 2 B; the 131072-token context, by Xinference's model
+    # page for deepseek-r1-0528-qwen3 ("Context Length: 131072"). Not checked against the
+    # repo's config.json (no public copy found): hidden/intermediate/vocab are Qwen3-8B's, so
+    # the weights this entry gives are Qwen3-8B's until a config copy confirms them.
     _entry('deepseek-ai/DeepSeek-R1-0528-Qwen3-8B', _QWEN3_BASE, num_hidden_layers=36,
            hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
            num_key_value_heads=8, tie_word_embeddings=False, max_window_layers=36,

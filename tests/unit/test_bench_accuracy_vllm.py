@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""benchmarks/bench_accuracy_vllm.py counts, and does not score, the runs the planner on this
+branch cannot rebuild (a V0 log without a version, a version outside
+vllm_profile.SUPPORTED_TEXT, a card with no NVML total, a model not in the catalog), and plans
+a card in no cuda_total.CARD_GAPS row from the NVML total its entry records. Pure: loads the
+benchmark module and the data file, runs no plan outside the benchmark's own functions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH_DIR = os.path.join(ROOT, 'benchmarks')
+DATA = os.path.join(BENCH_DIR, 'data')
+
+
+def _load_benchmark(name):
+    """The benchmark script as a module (its ``import _setup`` / ``_splits`` need benchmarks/ on
+    sys.path, as when it runs as a script)."""
+    added = BENCH_DIR not in sys.path
+    if added:
+        sys.path.insert(0, BENCH_DIR)
+    try:
+        spec = importlib.util.spec_from_file_location('kvpin_test_' + name, os.path.join(BENCH_DIR, name + '.py'))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(BENCH_DIR)
+    return module
+
+
+bench = _load_benchmark('bench_accuracy_vllm')
+
+
+def _entries():
+    with open(os.path.join(DATA, 'vllm_public.json')) as handle:
+        return json.load(handle)['entries']
+
+
+def _planned_row():
+    return dict(next(e for e in _entries() if e['id'] == 'llmservingsim-rtx4090-llama-3.1-8b-tp1-32k'))
+
+
+def test_a_supported_row_is_planned():
+    assert bench.unplanned_reason(_planned_row()) is None
+
+
+@pytest.mark.parametrize('version', ['0.7.2', '0.6.4.post1', '0.8.4', '0.34.0'])
+def test_a_version_outside_the_supported_range_is_counted_not_planned(version):
+    why = bench.unplanned_reason(dict(_planned_row(), vllm_version=version))
+    assert why.startswith('version unsupported on this branch'), why
+    assert version in why
+
+
+def test_a_v0_log_without_a_version_is_not_planned_as_the_assumed_version():
+    assert bench.unplanned_reason(dict(_planned_row(), vllm_version=None, engine='V0')) == (
+        'V0 engine, version not logged')
+
+
+def test_a_card_in_no_row_needs_the_nvml_total_of_its_entry():
+    row = dict(_planned_row(), gpu='NVIDIA Example GPU 99')
+    assert 'no NVML total' in bench.unplanned_reason(row)
+    row['gpu_nvml_total_mib'] = 49152
+    assert bench.unplanned_reason(row) is None
+    assert bench.nvml_total(row) == 49152 * 1024 * 1024
+    assert bench.card_class(row) == 'Example GPU 99'
+
+
+@pytest.mark.parametrize('bad', ['49152', 49152.0, True, -1, 0, 10 ** 9])
+def test_a_bad_nvml_total_names_the_field(bad):
+    row = dict(_planned_row(), gpu='NVIDIA Example GPU 99', gpu_nvml_total_mib=bad)
+    why = bench.unplanned_reason(row)
+    assert why.startswith('bad NVML total') and 'gpu_nvml_total_mib' in why, why
+
+
+def test_a_model_outside_the_catalog_is_not_planned():
+    why = bench.unplanned_reason(dict(_planned_row(), model='example-org/not-a-model-xyz'))
+    assert why.startswith('model not plannable'), why
+
+
+def test_score_splits_the_data_into_planned_and_counted_runs():
+    sources = bench.splits.fitted_source_rows(bench.splits.VLLM_MODULES)
+    records, unplanned = bench.score(_entries(), sources)
+    planned_ids = set(r['entry']['id'] for r in records)
+    unplanned_ids = set(e['id'] for e, _ in unplanned)
+    assert not planned_ids & unplanned_ids
+    assert planned_ids | unplanned_ids == set(e['id'] for e in _entries())
+    assert all(why for _, why in unplanned)
