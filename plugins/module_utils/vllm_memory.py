@@ -103,9 +103,13 @@ HIDDEN_STATE_ROW_COPIES = 2
 # Policy guard, NOT physics: from 0.17 the shapes give the no-sort warm-up above, but the logs of
 # that era show memory this model does not explain yet -- gpt-oss-20b on an A100 with 0.19.0
 # (row myoceane-a100-80gb-gpt-oss-20b-tp1-u065) is planned 0.25 GiB above its logged KV with the
-# no-sort bytes alone, and 7B models on 24 GB A10G/L4 cards with 0.27/0.28 log ~50 % less KV than
-# the plan (issue 12). Until that is explained the plan keeps charging what the sort path would
-# hold: the difference is the named term activation_unexplained_reserve (0 before 0.17).
+# no-sort bytes alone; Llama-3.1-8B on an RTX PRO 6000 with 0.28.0 (row
+# llmservingsim-rtxpro6000-llama-3.1-8b-tp1-131k) holds ~1.4 GiB more outside KV than the plan
+# charges at TP 1 (0.2 GiB over even with this guard); and 7B models on 24 GB A10G/L4 cards with
+# 0.27/0.28 log ~50 % less KV than the plan (issue 12). The likeliest home is the CUDA-graph
+# estimate charged since 0.20 (logs print 12-23 MiB per captured graph, PIECEWISE + FULL), not the
+# sampler. Until that is modelled the plan keeps charging what the sort path would hold: the
+# difference is the named term activation_unexplained_reserve (0 before 0.17).
 NO_SORT_ERA_RESERVE = True
 # Forward pass of the profile run (what dominates when max_num_seqs is small or chunked
 # prefill is off): residual + hidden + two norm outputs, and the FFN gate/up (2 x ffn) +
