@@ -505,12 +505,13 @@ def main():
     print('* version not logged: planned as vLLM %s (see module docstring)' % ASSUMED_VERSION)
     print('G = CUDA graph pool (outside the budget in this era, so it does not move KV); logged '
           'values are the memory change during capture and go negative when capture frees memory')
-    mistral_per_logit = (2.12 * GiB - 1.36 * 8192 * 5120 * 2) / (1024 * 131072)
-    print('  outlier: Mistral-Small-3.2 (multimodal, 0.11.0) logs 2.12 GiB activation; the fit gives '
-          '~4.9 GiB. 2.12 GiB = 1024 x 131072 x %.1f B + hidden states, i.e. fp32 logits + probs '
-          'without the full-vocab sort (a sampler path that does not sort, e.g. FlashInfer '
-          'top-k/top-p: a hypothesis, not verified). The planner keeps the 38.19 B sort-path fit, '
-          'the safe side: it predicts less KV than logged.' % mistral_per_logit)
+    mistral_per_logit = (2.12 * GiB - (8192 + 2 * 1024) * 5120 * 2) / (1024 * 131072)
+    print('  outlier: Mistral-Small-3.2 (multimodal, 0.11.0) logs 2.12 GiB activation; the sort path gives '
+          '~4.9 GiB. 2.12 GiB = 1024 x 131072 x %.1f B + hidden states, i.e. bf16 + fp32 logits and the '
+          'FlashInfer masked logits + probs (14 B) without the full-vocab sort: 0.9 - 0.26 take FlashInfer '
+          'when it is installed and VLLM_USE_FLASHINFER_SAMPLER is not 0, which a plan cannot see. The '
+          'planner keeps the sort path before 0.27, the safe side: it predicts less KV than logged.'
+          % mistral_per_logit)
     print()
     outside_table()
 

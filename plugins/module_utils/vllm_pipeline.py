@@ -128,12 +128,14 @@ def parse_partition(value, num_layers, pp):
 
 
 # ---------------------------------------------------------------- per-stage terms
-def weight_parts(spec, tp):
+def weight_parts(spec, tp, gpus=(None,), version=None):
     """(per-layer bytes x num_layers, embedding, lm_head, final norm) one TP rank loads, in
     bytes, and how. The rank total is vllm_memory.weights_per_gpu (TP sharding, replicated
     parts, KV-head replication); embedding and lm_head are vocab x hidden matrices sharded by
     TP (VocabParallelEmbedding / ParallelLMHead), from the checkpoint's roles where known."""
-    rank_total, _terms, w_explain = vm.weights_per_gpu(spec, tp)
+    # the GPU whose kernel stores the most (MXFP4 on Marlin below Hopper pads its experts)
+    rank_total, _terms, w_explain = max((vm.weights_per_gpu(spec, tp, gpu, version) for gpu in gpus),
+                                        key=lambda weights: weights[0])
     by_role = spec.extra.get('weight_bytes_by_role') or {}
     matrix = spec.vocab_size * spec.hidden_size * spec.dtype_bytes
     embedding = vm._cdiv(by_role.get('embedding') or matrix, tp)
@@ -175,7 +177,7 @@ class _Setup:
                 block_size = prof.MLA_BLOCK_SIZE
                 self.reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
             else:
-                block_size = prof.DEFAULT_BLOCK_SIZE
+                block_size = prof.default_block_size(version)
         self.block_size = block_size
         first = gpus[0]
         defaults = prof.batch_defaults(version, first.get('name'), first['memory_total'])
@@ -188,7 +190,7 @@ class _Setup:
                 self.reasons['max_num_batched_tokens'] = ('raised to max_num_seqs %d: vLLM requires '
                                                           'max_num_batched_tokens >= max_num_seqs' % mnbt)
         self.mnbt = mnbt
-        self.layers_w, self.embedding, self.lm_head, self.norm, self.w_explain = weight_parts(spec, tp)
+        self.layers_w, self.embedding, self.lm_head, self.norm, self.w_explain = weight_parts(spec, tp, gpus, version)
         # Layers are charged alike. A MoE model whose first k layers are dense (DeepSeek's
         # first_k_dense_replace) has smaller dense layers: every layer is charged the MoE
         # layers' average (all layer bytes / MoE layers), which over-counts, never under.
@@ -213,7 +215,7 @@ def _stage(setup, s, start, end, ms, util):
     w_embed = setup.embedding if first else 0
     w_head = (setup.lm_head + setup.norm) if last else 0
     weights = layer_bytes + w_embed + w_head
-    peak, a_terms, _a_explain = vm.activation_peak(spec, tp, ms, setup.mnbt)
+    peak, a_terms, _a_explain = vm.activation_peak(spec, tp, ms, setup.mnbt, setup.version)
     intermediate = 0 if first else INTERMEDIATE_TENSORS * setup.mnbt * spec.hidden_size * spec.dtype_bytes
     if last:
         sampler, hidden = a_terms['activation_sampler_warmup'], a_terms['activation_hidden_states']

@@ -571,3 +571,81 @@ PP_REMAINDER_RULE = ('layers // pp per stage; the remainder r goes one layer eac
 def pipeline_supported(version):
     """True when ``vllm serve --pipeline-parallel-size N`` runs the V1 engine at ``version``."""
     return version.at_least(PIPELINE_V1_SINCE)
+
+
+# ---------------------------------------------------------------- profile-run sampler path
+# Which top-k/top-p code the profile run's sampler warm-up (gpu_model_runner._dummy_sampler_run:
+# max_num_seqs dummy requests with top_k = vocab - 1 and top_p = 0.9, i.e. both filters on) goes
+# through, read in the wheels (v1/sample/ops/topk_topp_sampler.py):
+#   'sort'    (0.8.5 ... 0.16.x): forward_native -> apply_top_k_top_p, a full-vocab logits.sort.
+#             0.12.0 - 0.16.0 take it always (FlashInfer sampling is opt-in, "Users must opt in
+#             explicitly via VLLM_USE_FLASHINFER_SAMPLER=1"); 0.9.1 - 0.11.0 take FlashInfer instead
+#             when flashinfer is installed (an optional extra of those wheels, in the docker images)
+#             and VLLM_USE_FLASHINFER_SAMPLER is not 0 -- the plan cannot see the install, so it
+#             takes the sort, the larger of the two.
+#   'no_sort' (0.17.0 on): apply_top_k_top_p calls apply_top_k_top_p_triton for batches >= 8
+#             (topk_topp_triton.py, new in 0.17.0: in place on the fp32 logits, one cached
+#             [min(SMs, batch), vocab] fp32 buffer) and FlashInfer does not sort either; from 0.27.0
+#             the warm-up runs FlashInfer and the native path one after the other (read in 0.17.0,
+#             0.19.0, 0.27.0, 0.28.0).
+# Not modelled separately (vllm_memory keeps the sort path's bytes charged from 0.17, see
+# NO_SORT_ERA_RESERVE): in 0.27 and 0.28 dense (non-MoE) models default to Model Runner V2
+# (config/vllm.py use_v2_model_runner; v1/worker/gpu/model_runner.py), whose profile-run sampler
+# applies no top-k/top-p ("the sampler may skip top_k, top_p, and logprobs, using less GPU memory
+# than what is possible during actual execution") and which keeps output_bin_counts, a
+# [max_num_seqs, vocab] int32 tensor, for the whole run (v1/worker/gpu/sample/penalties.py).
+SAMPLER_NO_SORT_SINCE = (0, 17, 0)
+SAMPLER_TRITON_MIN_BATCH = 8
+
+
+def sampler_path(version, batch):
+    """'sort' or 'no_sort': the top-k/top-p path of the profile run's sampler warm-up."""
+    if version is not None and version.at_least(SAMPLER_NO_SORT_SINCE) and batch >= SAMPLER_TRITON_MIN_BATCH:
+        return 'no_sort'
+    return 'sort'
+
+
+# ---------------------------------------------------------------- MXFP4 MoE kernel (gpt-oss)
+# get_mxfp4_backend (vllm/model_executor/layers/quantization/mxfp4.py in 0.10.1 - 0.11;
+# fused_moe/oracle/mxfp4.py later) picks the Marlin kernel (weight-only FP4, the log says "Your GPU
+# does not have native support for FP4 computation ... leveraging the Marlin kernel") when the GPU's
+# compute capability is below 9.0 (Ampere A100/A6000/A10/3090, Ada L4/L40S/4090), and on Hopper
+# too when torch < 2.8 (the wheels before 0.10.2; vllm#23278 logs Marlin on an H100 with 0.10.1).
+# For Marlin, create_weights allocates the experts with the intermediate size per TP rank rounded
+# up to 128 and the hidden size to 256 (w13 [E, 2 x I_pad, H_pad / 2], w2 [E, H_pad, I_pad / 2],
+# e8m0 scales on the same padded shapes / 32; "n % 256 == 0 and k % 128 == 0"), and
+# prepare_moe_fp4_layer_for_marlin repacks into the same size: gpt-oss's 2880 x 2880 experts
+# become 2944 x 3072, +9.0 % (the SM90 path of the fitted rule above: +6.7 %). Shapes, not fitted.
+MARLIN_MXFP4_HIDDEN_MULTIPLE = 256
+MARLIN_MXFP4_INTERMEDIATE_MULTIPLE = 128
+MXFP4_NATIVE_CAPABILITY = (10, 0)
+
+
+def mxfp4_moe_kernel(version, capability):
+    """'marlin' or 'native' (the fitted 256-wide layout above) for gpt-oss MXFP4 experts.
+
+    Below 9.0: Marlin, always. Hopper (9.x): Marlin with torch < 2.8 (vLLM < 0.10.2), and from
+    0.10.2 whenever triton_kernels / FlashInfer are not installed -- which the plan cannot see:
+    the H100 logs split both ways at the same version (llm-d 64.38 GiB native; vllm#23278 65.97 and
+    vllm#27508 Marlin-sized), so Hopper is planned as Marlin, the larger layout. Blackwell (10+)
+    keeps the fitted layout (its FlashInfer paths were not read). ``capability`` None (unknown)
+    is planned as Marlin."""
+    del version   # Marlin on every version up to Hopper (the torch-2.8 split is moot, see above)
+    if capability is None or tuple(capability) < MXFP4_NATIVE_CAPABILITY:
+        return 'marlin'
+    return 'native'
+
+
+def mxfp4_marlin_expert_padding(expert_bytes, hidden_size, intermediate_size, tp):
+    """Extra bytes per TP rank Marlin allocates for MXFP4 experts of ``expert_bytes`` in the
+    checkpoint (weights + scales): every expert matrix is hidden x intermediate/TP, padded to
+    round_up(hidden, 256) x round_up(intermediate/TP, 128)."""
+    if not expert_bytes or not hidden_size or not intermediate_size or tp < 1:
+        return 0
+    per_rank = intermediate_size // tp
+    if not per_rank:
+        return 0
+    h_pad = -(-hidden_size // MARLIN_MXFP4_HIDDEN_MULTIPLE) * MARLIN_MXFP4_HIDDEN_MULTIPLE
+    i_pad = -(-per_rank // MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
+    rank_bytes = expert_bytes // tp
+    return rank_bytes * h_pad * i_pad // (hidden_size * per_rank) - rank_bytes

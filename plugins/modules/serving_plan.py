@@ -391,11 +391,15 @@ plan:
               type: int
               returned: backend vllm
             activation_sampler_warmup:
-              description: vLLM - fp32 logits and sort buffers of the profile run's sampler warm-up (fitted).
+              description: vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32, then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers); a 0.19 B per logit sort residual is fitted.
               type: int
               returned: backend vllm
             activation_hidden_states:
-              description: vLLM - hidden states live during the sampler warm-up (fitted).
+              description: vLLM - hidden states live during the sampler warm-up ([max_num_batched_tokens + 2 x rows, hidden], shapes).
+              type: int
+              returned: backend vllm
+            activation_unexplained_reserve:
+              description: vLLM >= 0.17 - a policy guard, not physics - the bytes the pre-0.17 full-vocab sort would hold beyond the no-sort warm-up, kept until the memory logs of 0.19 - 0.28 show above the model is explained (0 before 0.17).
               type: int
               returned: backend vllm
             activation_forward_pass:
