@@ -15,13 +15,15 @@ segments (``<rect data-term=... data-bytes=...>``), left to right:
 
 - per deployment placed on the GPU (feasible plans only: an infeasible one is not deployed,
   as in the ledger), the plan's resident terms ``weights``, ``activation``, ``non_torch``,
-  ``cuda_graph``, ``kv_cache``, exactly the bytes of its ``plan.memory`` row;
+  ``cuda_graph``, ``kv_cache``, exactly the bytes of its ``plan.memory`` row, and (vLLM) the
+  CUDA context it holds outside its budget (``terms.outside_cuda_context``);
 - ``other_processes``: what processes outside GPUStack hold there (the ledger's
   ``outside_processes``);
 - the rest of the card (its CUDA-visible total, the ledger's ``card``) split into
   ``system_reserved`` (the part GPUStack keeps off its books, the worker's
   ``system_reserved.vram``; at most what is left) and ``headroom`` (what is left after that).
-  With one deployment and no other process the two add up to the plan's own headroom.
+  With one deployment and no other process the two add up to the plan's own headroom plus
+  what the KV blocks leave unallocated of a vLLM budget (under a MiB).
 
 A GPU whose terms add up to more than its card is drawn past the card's end (marked in red),
 with no headroom segment. Every string in the page (host, deployment and model names, args,
@@ -44,6 +46,7 @@ TERMS = (
     ('activation', '#f28e2b', 'activation (peak of the profiling forward pass / compute buffer)'),
     ('non_torch', '#76b7b2', 'non-torch (CUDA context, NCCL, driver)'),
     ('cuda_graph', '#59a14f', 'CUDA graphs'),
+    ('cuda_context', '#3d7f7a', 'CUDA context outside vLLM\'s budget (terms.outside_cuda_context)'),
     ('kv_cache', '#edc948', 'KV cache'),
     ('other_processes', '#b07aa1', 'memory held by processes outside GPUStack'),
     ('system_reserved', '#9c755f', 'system_reserved (kept off GPUStack\'s books)'),
@@ -143,7 +146,7 @@ def gpu_bars(node, where='nodes[0]'):
             try:
                 card = cuda_total.of_gpu(gpu, here).cuda_total
             except PlanInputError as exc:
-                raise PlanHtmlError(here, str(exc))
+                raise PlanHtmlError(exc.field, str(exc)[len(exc.field) + 2:])
             outside = reserved = 0
         segments, not_deployed = [], []
         for name, result, plan in deployments:
@@ -159,6 +162,11 @@ def gpu_bars(node, where='nodes[0]'):
                 for term in RESIDENT_TERMS:
                     segments.append((term, name, _bytes(mem.get(term, 0), '%s.plans[%s].plan.memory[%d].%s'
                                                         % (where, name, row_position, term))))
+                context = _dict(mem.get('terms'), '%s.plans[%s].plan.memory[%d].terms'
+                                % (where, name, row_position)).get('outside_cuda_context')
+                if context:
+                    segments.append(('cuda_context', name, _bytes(context, '%s.plans[%s].plan.memory[%d].terms.'
+                                                                  'outside_cuda_context' % (where, name, row_position))))
         if outside:
             segments.append(('other_processes', None, outside))
         used = sum(size for _term, _name, size in segments)
