@@ -294,6 +294,7 @@ details.infeasible{border-left-color:#c00}
 .warn{color:#850}
 table.mem{border-collapse:collapse;font-size:12px}
 table.mem td,table.mem th{border:1px solid #ddd;padding:1px 4px;text-align:right}
+details.overview table td:first-child{text-align:left}
 code{word-break:break-all}
 svg .label{font-size:12px}
 .gpu.bad .label{fill:#c00;font-weight:bold}
@@ -323,16 +324,21 @@ def render_plan_report(nodes, title='kvpin.fleet plan'):
     n_plans = sum(len(deps) for _h, _n, _b, deps in drawn)
     n_infeasible = sum(1 for _h, _n, _b, deps in drawn for _name, _r, plan in deps
                        if plan is None or plan.get('feasible') is not True)
-    sections = []
-    for host, node, bars, deployments in drawn:
+    sections, overview = [], []
+    for number, (host, node, bars, deployments) in enumerate(drawn):
         ledger = _dict(node.get('ledger'), 'ledger')
         problems = _list(ledger.get('problems'), host + '.ledger.problems')
         bad = problems or any(bar['overcommitted'] for bar in bars) or any(
             plan is None or plan.get('feasible') is not True for _name, _r, plan in deployments)
         not_deployed = ''.join('<p class="bad">GPU %d: not deployed (infeasible): %s</p>' % (
             bar['index'], _text(', '.join(bar['not_deployed']))) for bar in bars if bar['not_deployed'])
-        sections.append('<section class="node%s" data-host="%s"><h2>%s</h2>%s%s%s%s%s</section>' % (
-            ' alarm' if bad else '', _text(host), _text(host), _svg_bars(host, bars, bytes_per_px), not_deployed,
+        infeasible = sum(1 for _name, _r, plan in deployments if plan is None or plan.get('feasible') is not True)
+        overcommitted = sum(1 for bar in bars if bar['overcommitted'])
+        overview.append('<tr%s><td><a href="#node-%d">%s</a></td><td>%d</td><td>%d</td><td>%d</td><td>%d</td>'
+                        '<td>%s</td></tr>' % (' class="bad"' if bad else '', number, _text(host), len(bars),
+                                             len(deployments), infeasible, overcommitted, 'REVIEW' if bad else 'ok'))
+        sections.append('<section class="node%s" id="node-%d" data-host="%s"><h2>%s</h2>%s%s%s%s%s</section>' % (
+            ' alarm' if bad else '', number, _text(host), _text(host), _svg_bars(host, bars, bytes_per_px), not_deployed,
             _items('the per-GPU ledger refuses', problems, 'bad'),
             _items('ledger warnings', ledger.get('warnings'), 'warn'),
             ''.join(_deployment_html(name, result, plan) for name, result, plan in deployments)))
@@ -343,5 +349,8 @@ def render_plan_report(nodes, title='kvpin.fleet plan'):
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             '<title>%s</title><style>%s</style></head><body><h1>%s</h1><p>%s</p>%s'
+            '<details class="overview"%s><summary>nodes</summary><table class="mem"><tr><th>node</th><th>GPUs</th>'
+            '<th>deployments</th><th>infeasible</th><th>GPUs overcommitted</th><th></th></tr>%s</table></details>'
             '<main data-bytes-per-px="%r">%s</main></body></html>\n' % (
-                _text(title), STYLE, _text(title), summary, _legend(), bytes_per_px, ''.join(sections)))
+                _text(title), STYLE, _text(title), summary, _legend(), ' open' if len(drawn) > 1 else '',
+                ''.join(overview), bytes_per_px, ''.join(sections)))

@@ -127,7 +127,8 @@ def test_nothing_external_and_no_secret_from_the_inventory_or_the_invocation(pag
     text, parsed = page
     # No attribute loads or links anything (the SVG namespace is a name, not a request) ...
     for tag, attrs in parsed.tags:
-        assert not set(attrs) & {'src', 'href', 'xlink:href', 'srcset', 'action', 'style'}, tag
+        assert not set(attrs) & {'src', 'xlink:href', 'srcset', 'action', 'style'}, tag
+        assert attrs.get('href', '#').startswith('#'), attrs     # links only within the page
         assert all('://' not in (value or '') for name, value in attrs.items() if name != 'xmlns'), tag
     # ... nor does the one style sheet (plan text may cite an upstream URL: it is text).
     style = text[text.index('<style>'):text.index('</style>')]
@@ -163,6 +164,16 @@ def test_args_warnings_reasons_and_explanations_are_shown_per_deployment(nodes, 
                                                  .replace("'", '&#x27;')) in text
     for term in chat['memory'][0]['explain']:
         assert '<li><code>%s</code>:' % term in text
+
+
+def test_the_overview_links_each_node_and_flags_those_to_review(nodes, page):
+    text, parsed = page
+    links = [attrs['href'] for tag, attrs in parsed.tags if tag == 'a']
+    ids = [attrs['id'] for tag, attrs in parsed.tags if tag == 'section']
+    assert links == ['#' + i for i in ids] == ['#node-0', '#node-1', '#node-2']
+    assert '<tr class="bad"><td><a href="#node-0">gpu-node-1</a></td><td>2</td><td>3</td><td>1</td><td>0</td>' in text
+    assert '<tr class="bad"><td><a href="#node-1">gpu-node-2</a></td><td>4</td><td>3</td><td>0</td><td>1</td>' in text
+    assert '<tr><td><a href="#node-2">gpu-node-3</a></td><td>1</td><td>0</td><td>0</td><td>0</td><td>ok</td></tr>' in text
 
 
 def test_a_task_that_failed_is_shown_in_red_with_its_message():
