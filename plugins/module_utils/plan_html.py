@@ -108,6 +108,10 @@ def gib(n_bytes):
     return '%.2f GiB' % (n_bytes / GiB)
 
 
+def _gib_or_unknown(value):
+    return gib(value) if isinstance(value, int) and not isinstance(value, bool) else '?'
+
+
 # ---------------------------------------------------------------- the model of the page
 
 def _deployments(node, where):
@@ -127,8 +131,8 @@ def _deployments(node, where):
 def gpu_bars(node, where='nodes[0]'):
     """[{index, name, card, segments: [(term, deployment or None, bytes)], overcommitted,
     not_deployed}] of one node: the bars as drawn."""
-    ledger_rows = dict((row.get('index'), row) for row in _list(_dict(node.get('ledger'), where + '.ledger').get('gpus'),
-                                                                 where + '.ledger.gpus') if isinstance(row, dict))
+    ledger_gpus = _list(_dict(node.get('ledger'), where + '.ledger').get('gpus'), where + '.ledger.gpus')
+    ledger_rows = dict((row.get('index'), row) for row in ledger_gpus if isinstance(row, dict))
     deployments = _deployments(node, where)
     bars = []
     for position, gpu in enumerate(_list(node.get('gpus'), where + '.gpus')):
@@ -183,8 +187,8 @@ def gpu_bars(node, where='nodes[0]'):
     return bars
 
 
-def _extent(bar):
-    return max(bar['card'], sum(size for _term, _name, size in bar['segments']))
+def _extent(gpu_bar):
+    return max(gpu_bar['card'], sum(size for _term, _name, size in gpu_bar['segments']))
 
 
 # ---------------------------------------------------------------- drawing
@@ -194,14 +198,14 @@ def _svg_bars(host, bars, bytes_per_px):
     width = LABEL_PX + BAR_PX + 12
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" data-bytes-per-px="%r" role="img" '
              'aria-label="%s GPU memory">' % (width, height, bytes_per_px, _text(host))]
-    for row, bar in enumerate(bars):
+    for row, gpu_bar in enumerate(bars):
         top = row * ROW_PX + 4
-        label = '%d %s, %s' % (bar['index'], bar['name'], gib(bar['card']))
+        label = '%d %s, %s' % (gpu_bar['index'], gpu_bar['name'], gib(gpu_bar['card']))
         parts.append('<g data-gpu="%s" data-card-bytes="%d" class="%s">' % (
-            _text('%s:%d' % (host, bar['index'])), bar['card'], 'gpu bad' if bar['overcommitted'] else 'gpu'))
+            _text('%s:%d' % (host, gpu_bar['index'])), gpu_bar['card'], 'gpu bad' if gpu_bar['overcommitted'] else 'gpu'))
         parts.append('<text x="0" y="%d" class="label">%s</text>' % (top + BAR_HEIGHT - 3, _text(label[:40])))
         x = float(LABEL_PX)
-        for term, deployment, size in bar['segments']:
+        for term, deployment, size in gpu_bar['segments']:
             w = size / bytes_per_px
             tip = '%s%s: %s (%d B)' % ('%s - ' % deployment if deployment else '', term, fmt_bytes(size), size)
             parts.append('<rect data-term="%s"%s data-bytes="%d" x="%.3f" y="%d" width="%.3f" height="%d" '
@@ -209,7 +213,7 @@ def _svg_bars(host, bars, bytes_per_px):
                              term, ' data-deployment="%s"' % _text(deployment) if deployment else '', size, x, top,
                              w, BAR_HEIGHT, COLOURS[term], _text(tip)))
             x += w
-        card_end = LABEL_PX + bar['card'] / bytes_per_px
+        card_end = LABEL_PX + gpu_bar['card'] / bytes_per_px
         parts.append('<line x1="%.3f" x2="%.3f" y1="%d" y2="%d" class="card-end"/>' % (
             card_end, card_end, top - 2, top + BAR_HEIGHT + 2))
         parts.append('</g>')
@@ -228,8 +232,8 @@ def _items(title, values, css=''):
     values = _list(values, title)
     if not values:
         return ''
-    return '<h4>%s</h4><ul%s>%s</ul>' % (_text(title), ' class="%s"' % css if css else '',
-                                          ''.join('<li>%s</li>' % _text(v) for v in values))
+    listed = ''.join('<li>%s</li>' % _text(v) for v in values)
+    return '<h4>%s</h4><ul%s>%s</ul>' % (_text(title), ' class="%s"' % css if css else '', listed)
 
 
 def _memory_table(plan):
@@ -237,13 +241,11 @@ def _memory_table(plan):
     rows = []
     for mem in _list(plan.get('memory'), 'plan.memory'):
         mem = _dict(mem, 'plan.memory[]')
-        cells = ''.join('<td title="%s B">%s</td>' % (_text(mem.get(c)), gib(mem[c]) if isinstance(mem.get(c), int)
-                                                       and not isinstance(mem.get(c), bool) else '?') for c in columns)
+        cells = ''.join('<td title="%s B">%s</td>' % (_text(mem.get(c)), _gib_or_unknown(mem.get(c))) for c in columns)
         explain = _dict(mem.get('explain'), 'plan.memory[].explain')
         terms = _dict(mem.get('terms'), 'plan.memory[].terms')
         why = ''.join('<li><code>%s</code>: %s</li>' % (_text(k), _text(explain[k])) for k in sorted(explain))
-        finer = ', '.join('%s %s' % (_text(k), gib(v) if isinstance(v, int) and not isinstance(v, bool) else _text(v))
-                          for k, v in sorted(terms.items()))
+        finer = ', '.join('%s %s' % (_text(k), fmt_bytes(v) if isinstance(v, int) and not isinstance(v, bool) else '?') for k, v in sorted(terms.items()))
         rows.append('<tr><th>%s %s</th>%s</tr><tr><td colspan="%d"><details><summary>how each term was computed'
                     '</summary><ul>%s</ul><p>terms: %s</p></details></td></tr>' % (
                         _text(mem.get('index')), _text(mem.get('name')), cells, len(columns) + 1, why, finer))
@@ -269,8 +271,8 @@ def _deployment_html(name, result, plan):
             _items('what would fit', plan.get('suggestions'), 'fit'),
             _items('warnings', plan.get('warnings'), 'warn'),
             _memory_table(plan),
-            '<h4>reasons</h4><ul>%s</ul>' % ''.join('<li><code>%s</code>: %s</li>' % (_text(k), _text(reasons[k]))
-                                                     for k in sorted(reasons)),
+            '<h4>reasons</h4><ul>%s</ul>' % ''.join(
+                '<li><code>%s</code>: %s</li>' % (_text(k), _text(reasons[k])) for k in sorted(reasons)),
             _items('version rules', plan.get('rules'))]
     return ('<details%s class="deployment%s"><summary><b>%s</b> %s %s, <code>%s</code>: <span class="verdict">%s'
             '</span></summary>%s</details>' % (
@@ -317,10 +319,10 @@ def render_plan_report(nodes, title='kvpin.fleet plan'):
         if not isinstance(host, str) or not host.strip():
             raise PlanHtmlError(where + '.host', 'must be the inventory hostname, got %r' % (host,))
         drawn.append((host, node, gpu_bars(node, where), _deployments(node, where)))
-    extent = max([_extent(bar) for _h, _n, bars, _d in drawn for bar in bars] or [GiB])
+    extent = max([_extent(gpu_bar) for _h, _n, bars, _d in drawn for gpu_bar in bars] or [GiB])
     bytes_per_px = max(extent, 1) / float(BAR_PX)
     n_gpus = sum(len(bars) for _h, _n, bars, _d in drawn)
-    n_bad_gpus = sum(1 for _h, _n, bars, _d in drawn for bar in bars if bar['overcommitted'])
+    n_bad_gpus = sum(1 for _h, _n, bars, _d in drawn for gpu_bar in bars if gpu_bar['overcommitted'])
     n_plans = sum(len(deps) for _h, _n, _b, deps in drawn)
     n_infeasible = sum(1 for _h, _n, _b, deps in drawn for _name, _r, plan in deps
                        if plan is None or plan.get('feasible') is not True)
@@ -328,15 +330,15 @@ def render_plan_report(nodes, title='kvpin.fleet plan'):
     for number, (host, node, bars, deployments) in enumerate(drawn):
         ledger = _dict(node.get('ledger'), 'ledger')
         problems = _list(ledger.get('problems'), host + '.ledger.problems')
-        bad = problems or any(bar['overcommitted'] for bar in bars) or any(
+        bad = problems or any(gpu_bar['overcommitted'] for gpu_bar in bars) or any(
             plan is None or plan.get('feasible') is not True for _name, _r, plan in deployments)
         not_deployed = ''.join('<p class="bad">GPU %d: not deployed (infeasible): %s</p>' % (
-            bar['index'], _text(', '.join(bar['not_deployed']))) for bar in bars if bar['not_deployed'])
+            gpu_bar['index'], _text(', '.join(gpu_bar['not_deployed']))) for gpu_bar in bars if gpu_bar['not_deployed'])
         infeasible = sum(1 for _name, _r, plan in deployments if plan is None or plan.get('feasible') is not True)
-        overcommitted = sum(1 for bar in bars if bar['overcommitted'])
+        overcommitted = sum(1 for gpu_bar in bars if gpu_bar['overcommitted'])
         overview.append('<tr%s><td><a href="#node-%d">%s</a></td><td>%d</td><td>%d</td><td>%d</td><td>%d</td>'
-                        '<td>%s</td></tr>' % (' class="bad"' if bad else '', number, _text(host), len(bars),
-                                             len(deployments), infeasible, overcommitted, 'REVIEW' if bad else 'ok'))
+                        '<td>%s</td></tr>' % (' class="bad"' if bad else '', number, _text(host), len(bars), len(deployments),
+                                              infeasible, overcommitted, 'REVIEW' if bad else 'ok'))
         sections.append('<section class="node%s" id="node-%d" data-host="%s"><h2>%s</h2>%s%s%s%s%s</section>' % (
             ' alarm' if bad else '', number, _text(host), _text(host), _svg_bars(host, bars, bytes_per_px), not_deployed,
             _items('the per-GPU ledger refuses', problems, 'bad'),

@@ -73,16 +73,16 @@ def check_layout(measured):
     another from the bar's start, the card's end mark at the card's bytes."""
     scale = measured['scale']
     assert scale > 0
-    for bar in measured['bars']:
-        assert bar['segments'], bar['gpu']
-        start = bar['segments'][0]['left']
+    for gpu_bar in measured['bars']:
+        assert gpu_bar['segments'], gpu_bar['gpu']
+        start = gpu_bar['segments'][0]['left']
         position = start
-        for segment in bar['segments']:
-            assert abs(segment['width'] - segment['bytes'] / scale) <= 1, (bar['gpu'], segment)
-            assert abs(segment['left'] - position) <= 1, (bar['gpu'], segment)
+        for segment in gpu_bar['segments']:
+            assert abs(segment['width'] - segment['bytes'] / scale) <= 1, (gpu_bar['gpu'], segment)
+            assert abs(segment['left'] - position) <= 1, (gpu_bar['gpu'], segment)
             assert segment['height'] > 0
             position = segment['left'] + segment['width']
-        assert abs(bar['cardEnd'] - (start + bar['card'] / scale)) <= 1, bar['gpu']
+        assert abs(gpu_bar['cardEnd'] - (start + gpu_bar['card'] / scale)) <= 1, gpu_bar['gpu']
 
 
 @pytest.fixture(scope='module')
@@ -103,14 +103,14 @@ def test_the_report_in_chromium_one_bar_per_gpu_segments_to_scale_no_error(brows
     report = tmp_path / 'kvpin-plan-report.html'
     report.write_text(render_plan_report(nodes), encoding='utf-8')
     measured, errors, page_errors, requests = open_report(str(report))
-    assert [bar['gpu'] for bar in measured['bars']] == [
+    assert [gpu_bar['gpu'] for gpu_bar in measured['bars']] == [
         '%s:%d' % (node['host'], gpu['index']) for node in nodes for gpu in node['gpus']]
     check_layout(measured)
     # The bars are the plans' bytes: the XSS deployment's weights on gpu-node-1's GPU 1.
     weights = nodes[0]['plans'][1]['plan']['memory'][0]['weights']
-    bar = next(b for b in measured['bars'] if b['gpu'] == 'gpu-node-1:1')
-    assert bar['segments'][0] == dict(bar['segments'][0], term='weights', bytes=weights)
-    assert abs(bar['segments'][0]['width'] - weights / measured['scale']) <= 1
+    gpu_bar = next(b for b in measured['bars'] if b['gpu'] == 'gpu-node-1:1')
+    assert gpu_bar['segments'][0] == dict(gpu_bar['segments'][0], term='weights', bytes=weights)
+    assert abs(gpu_bar['segments'][0]['width'] - weights / measured['scale']) <= 1
     assert errors == [] and page_errors == []
     # The payload stayed text: no script ran, no element it names exists, nothing was fetched.
     assert measured['pwned'] is None and measured['active'] == 0

@@ -56,37 +56,37 @@ def page(nodes):
 def test_one_bar_per_gpu_named_host_and_index(nodes, page):
     _text, parsed = page
     want = ['%s:%d' % (n['host'], g['index']) for n in nodes for g in n['gpus']]
-    assert [bar['gpu'] for bar in parsed.bars] == want and len(want) == 7
+    assert [gpu_bar['gpu'] for gpu_bar in parsed.bars] == want and len(want) == 7
 
 
 def test_each_segment_is_its_bytes_at_one_scale_and_the_segments_follow_each_other(page):
     _text, parsed = page
-    for bar in parsed.bars:
+    for gpu_bar in parsed.bars:
         x = None
-        for rect in bar['rects']:
+        for rect in gpu_bar['rects']:
             assert float(rect['width']) == pytest.approx(int(rect['data-bytes']) / parsed.scale, abs=1e-3)
             if x is not None:
                 assert float(rect['x']) == pytest.approx(x, abs=2e-3)
             x = float(rect['x']) + float(rect['width'])
     # The scale is the page's: the largest extent (a card, or an overcommitted stack) is BAR_PX wide.
-    extents = [max(bar['card'], sum(int(r['data-bytes']) for r in bar['rects'])) for bar in parsed.bars]
+    extents = [max(gpu_bar['card'], sum(int(r['data-bytes']) for r in gpu_bar['rects'])) for gpu_bar in parsed.bars]
     assert max(extents) / parsed.scale == pytest.approx(640, abs=1e-6)
 
 
 def test_segments_fill_the_card_exactly_unless_it_is_overcommitted(page):
     _text, parsed = page
-    for bar in parsed.bars:
-        total = sum(int(r['data-bytes']) for r in bar['rects'])
-        if 'bad' in bar['cls'].split():
+    for gpu_bar in parsed.bars:
+        total = sum(int(r['data-bytes']) for r in gpu_bar['rects'])
+        if 'bad' in gpu_bar['cls'].split():
             continue
-        assert total == bar['card'], bar['gpu']
-    bad = [bar for bar in parsed.bars if 'bad' in bar['cls'].split()]
-    assert [bar['gpu'] for bar in bad] == ['gpu-node-2:2']     # two 0.5 plans on one card
+        assert total == gpu_bar['card'], gpu_bar['gpu']
+    bad = [gpu_bar for gpu_bar in parsed.bars if 'bad' in gpu_bar['cls'].split()]
+    assert [gpu_bar['gpu'] for gpu_bar in bad] == ['gpu-node-2:2']     # two 0.5 plans on one card
 
 
 def test_resident_segments_are_the_plans_bytes_and_the_rest_is_the_plans_headroom(nodes):
     node1 = nodes[0]
-    bars = dict((bar['index'], bar) for bar in gpu_bars(node1))
+    bars = dict((gpu_bar['index'], gpu_bar) for gpu_bar in gpu_bars(node1))
     xss_plan = node1['plans'][1]['plan']
     row = xss_plan['memory'][0]
     gpu1 = bars[1]['segments']
