@@ -202,3 +202,22 @@ def test_bad_input_is_refused_naming_the_field(nodes_in, field):
     assert error.value.field == field
     with pytest.raises(AnsibleFilterError, match='kvpin_plan_report_html: %s' % field.replace('[', r'\[')):
         HTML_FILTER(nodes_in)
+
+
+def test_hostile_sizes_are_bounded_or_refused():
+    gpu = {'index': 0, 'name': 'x', 'memory_total': 24 << 30}
+    # A megabyte-long name and model are cut to MAX_TEXT characters, escaped.
+    long_name = '<' * (1 << 20)
+    text = render_plan_report([{'host': 'n', 'gpus': [gpu], 'plans': [
+        {'deployment': {'name': long_name, 'model': long_name}, 'failed': True, 'msg': long_name}]}])
+    assert len(text) < 200000 and '&lt;' * 100 in text and '<<' not in text
+    # A bool, a float or an absurd byte count is refused with its field, never drawn.
+    for value in (True, 1.0, float('nan'), 1 << 60, '1'):
+        with pytest.raises(PlanHtmlError) as error:
+            render_plan_report([{'host': 'n', 'gpus': [gpu], 'ledger': {'gpus': [{'index': 0, 'card': 24 << 30,
+                                                                                  'outside_processes': value}]}}])
+        assert error.value.field == 'nodes[0].ledger.gpus[index 0].outside_processes'
+    with pytest.raises(PlanHtmlError, match='limit 1024'):
+        render_plan_report([{'host': 'n%d' % i, 'gpus': []} for i in range(1025)])
+    with pytest.raises(PlanHtmlError, match=r'nodes\[0\].gpus: has 4097 items'):
+        render_plan_report([{'host': 'n', 'gpus': [gpu] * 4097}])
