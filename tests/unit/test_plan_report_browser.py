@@ -38,7 +38,7 @@ MEASURE = """() => {
         gpu: g.dataset.gpu, card: parseInt(g.dataset.cardBytes, 10), cardEnd: end.left + end.width / 2,
         segments: Array.from(g.querySelectorAll('rect[data-term]')).map(r => {
           const box = r.getBoundingClientRect();
-          return {term: r.dataset.term, bytes: parseInt(r.dataset.bytes, 10),
+          return {term: r.dataset.term, bytes: parseInt(r.dataset.bytes, 10), deployment: r.dataset.deployment || null,
                   left: box.left, width: box.width, height: box.height};
         }),
       };
@@ -99,6 +99,7 @@ def test_the_report_in_chromium_one_bar_per_gpu_segments_to_scale_no_error(brows
     from plan_report_nodes import fleet  # pylint: disable=import-outside-toplevel
 
     from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import RESIDENT_TERMS
     nodes = fleet()
     report = tmp_path / 'kvpin-plan-report.html'
     report.write_text(render_plan_report(nodes), encoding='utf-8')
@@ -106,11 +107,24 @@ def test_the_report_in_chromium_one_bar_per_gpu_segments_to_scale_no_error(brows
     assert [gpu_bar['gpu'] for gpu_bar in measured['bars']] == [
         '%s:%d' % (node['host'], gpu['index']) for node in nodes for gpu in node['gpus']]
     check_layout(measured)
-    # The bars are the plans' bytes: the XSS deployment's weights on gpu-node-1's GPU 1.
-    weights = nodes[0]['plans'][1]['plan']['memory'][0]['weights']
-    gpu_bar = next(b for b in measured['bars'] if b['gpu'] == 'gpu-node-1:1')
-    assert gpu_bar['segments'][0] == dict(gpu_bar['segments'][0], term='weights', bytes=weights)
-    assert abs(gpu_bar['segments'][0]['width'] - weights / measured['scale']) <= 1
+    # The laid-out segments are the plans' bytes: every term of every deployed plan on each of its
+    # GPUs (the XSS payload read back as its name), and nothing of the infeasible plan.
+    bars = dict((b['gpu'], b) for b in measured['bars'])
+    drawn = 0
+    for node in nodes:
+        for result in node['plans']:
+            plan, name = result['plan'], result['deployment']['name']
+            for row in plan['memory']:
+                laid_out = [s for s in bars['%s:%d' % (node['host'], row['index'])]['segments'] if s['deployment'] == name]
+                if not plan['feasible']:
+                    assert laid_out == []
+                    continue
+                want = [(t, row[t]) for t in RESIDENT_TERMS] + [('cuda_context', row['terms']['outside_cuda_context'])]
+                assert [(s['term'], s['bytes']) for s in laid_out] == want
+                for segment in laid_out:
+                    assert abs(segment['width'] - segment['bytes'] / measured['scale']) <= 1
+                drawn += 1
+    assert drawn == 6      # chat, the payload, tp2 on two GPUs, a, b
     assert errors == [] and page_errors == []
     # The payload stayed text: no script ran, no element it names exists, nothing was fetched.
     assert measured['pwned'] is None and measured['active'] == 0
