@@ -5,7 +5,8 @@
 #
 # One-time (and idempotent) setup of a fresh Debian/Ubuntu machine, as root:
 #   - apt packages for the lab fleet (podman + runc + debootstrap), the NVML stub (gcc) and
-#     promtool (package prometheus: the watchdog alert rules' unit tests)
+#     promtool (package prometheus: the watchdog alert rules' unit tests), chromium (the HTML plan
+#     report's browser test drives /usr/bin/chromium with Playwright)
 #   - <repo>/.venv with the pinned controller toolchain (requirements.txt)
 #   - the NVML stub library (tests/nvml_stub/build.sh)
 #   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
@@ -25,7 +26,7 @@ ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
 PYTHON="${KVPIN_PYTHON:-python3}"
 APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
               python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus
-              postgresql)
+              postgresql chromium)
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }

@@ -24,6 +24,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     summarize,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
     system_reserved,
@@ -111,6 +112,14 @@ def kvpin_mask_keys(items, keys):
             for item in items]
 
 
+def kvpin_plan_report_html(nodes, title='kvpin.fleet plan'):
+    """The fleet's plans as one self-contained HTML page (module_utils/plan_html.py)."""
+    try:
+        return render_plan_report(nodes, title)
+    except PlanHtmlError as exc:
+        raise AnsibleFilterError('kvpin_plan_report_html: %s' % exc)
+
+
 def kvpin_pip_pins(requirements):
     """[{name, version}] of exact pins / bare names, for kvpin.fleet.node_state."""
     try:
@@ -156,6 +165,7 @@ class FilterModule(object):
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
+            'kvpin_plan_report_html': kvpin_plan_report_html,
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,
             'kvpin_systemd_env_names': kvpin_systemd_env_names,
