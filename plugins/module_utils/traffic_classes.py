@@ -267,11 +267,12 @@ def plan_profile(name, params, spec, classes, windows, planners=None):
         seqs = plan.settings.get('parallel', 0)
         seq_knob = 'parallel'
     holds = plan.kv_cache_tokens >= need_tokens and seqs >= sequences
-    if not holds:
-        not_fitting.append('the KV pool holds %d tokens and %s is %d; the busiest window needs %d tokens '
-                           'and %d sequences' % (plan.kv_cache_tokens, seq_knob, seqs, need_tokens, sequences))
+    short = ('the KV pool holds %d tokens and %s is %d; the busiest window needs %d tokens and %d sequences'
+             % (plan.kv_cache_tokens, seq_knob, seqs, need_tokens, sequences))
+    if not holds and plan.feasible:
+        not_fitting.append(short)   # (an infeasible plan's own not_fitting already says what is short)
     extra_reasons['kv_pool'] = ('%d KV tokens >= %d needed, %s %d >= %d sequences' % (
-        plan.kv_cache_tokens, need_tokens, seq_knob, seqs, sequences)) if holds else not_fitting[-1]
+        plan.kv_cache_tokens, need_tokens, seq_knob, seqs, sequences)) if holds else short
     if backend == sp.BACKEND_VLLM:
         extra_reasons['activation'] = (
             'chunked prefill %s, max_num_batched_tokens %s: the activation peak (%.2f GiB per GPU) is '
@@ -359,19 +360,19 @@ def plan_split(params, spec, classes, single_profile, planners=None):
                            not_fitting=['%s' % error], suggestions=[])
         profile['gpus'] = [g['index'] for g in part_gpus]
         profiles.append(profile)
-    weights = sum(sum(row['weights'] for row in p['memory_per_gpu']) for p in profiles)
     planned = [p for p in profiles if p['memory_per_gpu']]
+    # one copy: the most any configuration of this model holds on GPUs (llama.cpp may offload layers)
+    once = max([_weights_bytes([single_profile])] + [_weights_bytes([p]) for p in planned])
+    weights = sum(_weights_bytes([p]) for p in planned) if len(planned) == 2 else 2 * once
     entry = _summary('split', planned, 2, '', deployments=profiles)
     entry.update(feasible=all(p['feasible'] for p in profiles), weights_bytes=weights,
                  profiles=[p['name'] for p in profiles])
-    once = _weights_bytes([single_profile])
-    entry['reason'] = ('two deployments on GPUs %s and %s hold the weights twice: %.2f GiB of weights '
-                       'against %.2f GiB once (each deployment has the whole model on half the GPUs)%s' % (
-                           profiles[0]['gpus'], profiles[1]['gpus'], max(weights, 2 * once) / GiB, once / GiB,
+    entry['reason'] = ('two deployments on GPUs %s and %s hold the weights twice: %d B (%.2f GiB) of weights '
+                       'on GPUs against %d B (%.2f GiB) for one copy%s' % (
+                           profiles[0]['gpus'], profiles[1]['gpus'], weights, weights / GiB, once, once / GiB,
                            '' if entry['feasible'] else '; and it does not fit: ' + '; '.join(
                                '%s: %s' % (p['name'], '; '.join(p['not_fitting'])) for p in profiles
                                if not p['feasible'])))
-    entry['weights_bytes'] = max(weights, 2 * once)
     return entry
 
 
@@ -475,7 +476,7 @@ def traffic_report(tplan, backend, version):
     for c in tplan.classes:
         lines.append('class %s: prompt p99 %d + max output %d tokens, %d concurrent, %s' % (
             c['name'], c['prompt_tokens_p99'], c['max_output_tokens'], c['max_concurrency'], c['hours']))
-    lines.append('strategy   feasible  weight copies  weights GiB  resident GiB (all GPUs)')
+    lines.append('strategy   feasible  weight copies  weights GiB  resident GiB (on all GPUs)')
     for a in tplan.alternatives:
         lines.append('%-10s %-9s %13d  %11.2f  %12.2f' % (a['strategy'], 'yes' if a['feasible'] else 'no',
                                                           a['weight_copies'], a['weights_bytes'] / GiB,
@@ -513,4 +514,8 @@ def traffic_classes_result(params):
                   plan_report=traffic_report(tplan, params.get('backend'), params.get('backend_version')))
     if not tplan.feasible and params.get('fail_on_infeasible', True):
         result.update(failed=True, msg='no strategy serves every traffic class: %s' % '. '.join(tplan.not_fitting))
+        split = [a for a in tplan.alternatives if a['strategy'] == 'split' and a['feasible']]
+        if split:
+            result['msg'] += ('. What would fit: split (%s), not chosen automatically since it holds the weights '
+                              'twice; plan its two deployments as two serving_plan tasks' % split[0]['reason'])
     return result
