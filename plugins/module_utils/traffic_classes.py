@@ -161,7 +161,8 @@ def hhmm(minute):
 
 def time_windows(classes):
     """[(start, end, names)]: the day cut at every window edge, adjacent pieces with the same
-    active classes merged (across midnight too); minutes in [0, 1440), end may wrap below start."""
+    active classes merged (across midnight too), in day order from the window that holds 00:00;
+    minutes in [0, 1440), a window's end is below its start when it crosses midnight."""
     edges = sorted({0} | {m for c in classes for iv in c.intervals for m in iv if m < MINUTES_PER_DAY})
     pieces = []
     for position, start in enumerate(edges):
