@@ -24,7 +24,6 @@ fits (``strategy: none``). ``split`` holds the weights twice and is never chosen
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -440,15 +439,15 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
             scheduled.append(profile)
             scheduled_plans.append(plan)
         edges = schedule_edges(windows, profile_of)
-        ok = all(p['feasible'] for p in scheduled)
-        alternatives.append(_summary('scheduled', scheduled, 1, (
-            '%d profiles with the same weights (%s), each holding its own window, switched at %s (%d engine '
-            'restarts a day)' % (len(scheduled), ', '.join('%s=%s' % (k, fixed[k]) for k in WEIGHT_KNOBS
-                                                          if fixed.get(k) is not None) or 'as planned',
-                                 ', '.join(e['at'] for e in edges), len(edges))) if ok else
-            'not every profile holds its window: %s' % '; '.join(
-                '%s: %s' % (p['name'], '; '.join(p['not_fitting'])) for p in scheduled if not p['feasible']),
-            switches_per_day=len(edges)))
+        layout = ', '.join('%s=%s' % (k, fixed[k]) for k in WEIGHT_KNOBS if fixed.get(k) is not None)
+        if all(p['feasible'] for p in scheduled):
+            why = ('%d profiles with the same weights (%s), each holding its own window, switched at %s (%d '
+                   'engine restarts a day)' % (len(scheduled), layout or 'as planned',
+                                               ', '.join(e['at'] for e in edges), len(edges)))
+        else:
+            why = 'not every profile holds its window: %s' % '; '.join(
+                '%s: %s' % (p['name'], '; '.join(p['not_fitting'])) for p in scheduled if not p['feasible'])
+        alternatives.append(_summary('scheduled', scheduled, 1, why, switches_per_day=len(edges)))
     else:
         alternatives.append(_summary('scheduled', [], 1, 'every class is active in the same window(s): '
                                      'one profile is all a schedule could have'))
