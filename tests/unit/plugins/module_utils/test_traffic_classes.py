@@ -290,3 +290,56 @@ def test_parse_refuses_before_any_planning():
     with pytest.raises(PlanInputError) as raised:
         tc.plan_traffic_classes(params([_cls(hours='99:99-00:00')]), resolve_model=pytest.fail)
     assert raised.value.field == 'traffic_classes[0].hours'
+
+
+def test_dilemma_without_fp8_kv_fits_no_strategy():
+    """With the model dtype's KV cache, 64 chat sequences alone need more than bf16 leaves."""
+    result = serving_plan_result(params([CHAT, BATCH], kv_cache_dtype='auto', fail_on_infeasible=False))
+    plan = result['plan']
+    assert plan['strategy'] == 'none' and not plan['feasible']
+    single = plan['profiles'][0]
+    assert single['name'] == 'single' and single['kv_cache_tokens'] < single['demand_tokens'] == 163840
+    assert 'the busiest window needs 163840 tokens and 64 sequences' in ' '.join(single['not_fitting'])
+
+
+# ---------------------------------------------------------------- random classes: the rule holds
+def _random_classes(rng):
+    classes = []
+    for position in range(rng.randint(1, 4)):
+        entry = dict(name='c%d' % position, prompt_tokens_p99=rng.choice((100, 2000, 8000, 30000)),
+                     max_output_tokens=rng.choice((64, 512, 2048)), max_concurrency=rng.choice((1, 4, 16, 64)))
+        if rng.random() < 0.8:
+            start, length = rng.randrange(0, 1440, 30), rng.randrange(30, 1440, 30)
+            entry['hours'] = '%02d:%02d-%02d:%02d' % (start // 60, start % 60, (start + length) % 1440 // 60,
+                                                       (start + length) % 60)
+        classes.append(entry)
+    return classes
+
+
+@pytest.mark.parametrize('seed', range(12))
+def test_random_classes_follow_the_cheapest_rule(seed):
+    import random
+    rng = random.Random(seed)
+    classes = _random_classes(rng)
+    result = serving_plan_result(params(classes, fail_on_infeasible=False,
+                                        model=rng.choice((LLAMA_70B, 'meta-llama/Llama-3.1-8B-Instruct')),
+                                        gpus=a6000s(rng.choice((1, 2, 4))), tensor_parallel_size=None))
+    assert 'plan' in result, result.get('msg')
+    plan = result['plan']
+    single, scheduled, split = plan['alternatives']
+    assert split['weight_copies'] == 2 and single['weight_copies'] == scheduled['weight_copies'] == 1
+    if single['feasible']:
+        assert plan['strategy'] == 'single'
+    elif scheduled['feasible']:
+        assert plan['strategy'] == 'scheduled' and len(plan['schedule']) >= 2
+    else:
+        assert plan['strategy'] == 'none' and not plan['feasible']
+    if plan['strategy'] == 'none':
+        return
+    for profile in plan['profiles']:
+        assert_profile_holds(profile)
+    # every window with a class in it is served by a profile sized for all of that window's classes
+    for window in tc.time_windows(tc.parse_traffic_classes(classes)):
+        if window[2]:
+            serving = [p for p in plan['profiles'] if tc.window_text(window) in p['hours']]
+            assert len(serving) == 1 and set(window[2]) <= set(serving[0]['classes']), (window, plan['profiles'])
