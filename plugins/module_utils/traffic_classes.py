@@ -227,8 +227,9 @@ def _memory_rows(plan):
             for m in plan.memory]
 
 
-def plan_profile(name, params, spec, classes, windows, planners=None):
-    """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan)."""
+def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reasons=None):
+    """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan).
+    ``fixed_reasons``: knob -> why it was fixed (replaces the planner's "set by the user")."""
     backend = params['backend']
     by_name = dict((c.name, c) for c in classes)
     active = [by_name[n] for n in sorted({n for _s, _e, names in windows for n in names},
@@ -281,6 +282,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None):
                 plan.settings.get('max_num_batched_tokens'), plan.memory[0].activation / GiB,
                 longest.prompt_tokens_p99))
     reasons = dict(plan.reasons)
+    reasons.update(fixed_reasons or {})
     reasons.update(extra_reasons)
     feasible = plan.feasible and not not_fitting
     profile = dict(
@@ -305,6 +307,7 @@ def _resident_bytes(profiles):
 def _summary(strategy, profiles, copies, reason, **extra):
     entry = dict(strategy=strategy, feasible=bool(profiles) and all(p['feasible'] for p in profiles),
                  profiles=[p['name'] for p in profiles], weight_copies=copies,
+                 profile_args=dict((p['name'], list(p['args'])) for p in profiles),
                  weights_bytes=copies * _weights_bytes(profiles) if profiles else 0,
                  resident_bytes=(sum(_resident_bytes([p]) for p in profiles) if strategy == 'split'
                                  else _resident_bytes(profiles)) if profiles else 0,
@@ -426,16 +429,18 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
     scheduled, scheduled_plans, edges = [], [], []
     if len(sets) >= 2:
         # the same weights in every profile: TP (and quantization) as the single profile has them
-        fixed = dict(params)
+        fixed, fixed_reasons = dict(params), {}
         for knob in WEIGHT_KNOBS:
-            if knob in single_plan.settings and fixed.get(knob) is None and knob != 'pp_layer_partition':
+            if knob in single_plan.settings and fixed.get(knob) in (None, 'auto') and knob != 'pp_layer_partition':
                 fixed[knob] = single_plan.settings[knob]
+                fixed_reasons[knob] = ('%s: fixed to the single configuration\'s, so every profile holds the '
+                                       'weights in the same layout' % (fixed[knob],))
         profile_of = {}
         for names in sets:
             name = '+'.join(names)
             profile_of[names] = name
             own = [w for w in windows if w[2] == names]
-            profile, plan = plan_profile(name, fixed, spec, classes, own, planners)
+            profile, plan = plan_profile(name, fixed, spec, classes, own, planners, fixed_reasons)
             scheduled.append(profile)
             scheduled_plans.append(plan)
         edges = schedule_edges(windows, profile_of)

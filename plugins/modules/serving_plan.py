@@ -705,7 +705,8 @@ plan:
       description:
         - With O(traffic_classes) - every strategy with its numbers - C(strategy), C(feasible), C(profiles),
           C(weight_copies), C(weights_bytes) (weights over all GPUs and copies), C(resident_bytes) (the largest
-          profile's, both deployments' for C(split)) and C(reason); C(switches_per_day) for C(scheduled),
+          profile's, both deployments' for C(split)), C(profile_args) (each profile's engine arguments, by name)
+          and C(reason); C(switches_per_day) for C(scheduled),
           C(deployments) (the two profiles with their C(gpus)) for C(split).
       type: list
       elements: dict

@@ -132,6 +132,28 @@ def test_scheduled_when_one_configuration_cannot_hold_the_night_batch():
     assert 'switch at 07:00 to profile chat' in result['plan_report']
 
 
+def test_scheduled_profiles_keep_the_single_configurations_tp_under_auto():
+    """TP auto would give a 2.5k-token chat profile TP 1 and the 64k batch TP 2 on two 4090s:
+    different weights. Every profile takes the single configuration's TP instead."""
+    rtx4090 = dict(A6000, name='NVIDIA GeForce RTX 4090', memory_total=25757220864, memory_free=25757220864,
+                   compute_capability='8.9')
+    chat = dict(CHAT, max_concurrency=8)
+    batch = dict(BATCH, prompt_tokens_p99=60000, max_output_tokens=4000, max_concurrency=2, hours='23:00-07:00')
+    result = serving_plan_result(params([chat, batch], model='meta-llama/Llama-3.1-8B-Instruct',
+                                        tensor_parallel_size='auto', kv_cache_dtype='auto',
+                                        gpus=[dict(rtx4090, index=i) for i in range(2)]))
+    plan = result['plan']
+    assert plan['profiles'][0]['settings']['tensor_parallel_size'] == 2
+    scheduled = alternative(plan, 'scheduled')
+    assert scheduled['feasible'] and scheduled['profiles'] == ['batch', 'chat']
+    assert 'tensor_parallel_size=2' in scheduled['reason']
+    for args in scheduled['profile_args'].values():
+        assert '--tensor-parallel-size=2' in args
+    alone = serving_plan_result(params([chat], model='meta-llama/Llama-3.1-8B-Instruct', tensor_parallel_size='auto',
+                                       kv_cache_dtype='auto', gpus=[dict(rtx4090, index=i) for i in range(2)]))
+    assert alone['plan']['profiles'][0]['settings']['tensor_parallel_size'] == 1     # what auto alone picks
+
+
 def test_llama_box_schedules_slots_per_window():
     """llama.cpp slots are ctx_size / parallel each: one configuration would give all ten slots
     32k tokens; the two windows each get their own."""
