@@ -107,6 +107,18 @@ def test_dilemma_reports_what_the_split_would_cost(dilemma):
     assert 'split      no                    2' in report
 
 
+def test_dilemma_at_the_field_reports_utilization_is_still_single(dilemma):
+    """The field report pinned gpu_memory_utilization 0.88 under TP 4 (0.92 crashed)."""
+    result = serving_plan_result(params([CHAT, BATCH], gpu_memory_utilization=0.88))
+    plan = result['plan']
+    assert plan['strategy'] == 'single', result.get('msg')
+    (profile,) = plan['profiles']
+    assert_profile_holds(profile)
+    assert '--gpu-memory-utilization=0.88' in profile['args']
+    # a smaller budget than the derived 0.89: less KV, still more than the busiest window needs
+    assert profile['kv_cache_tokens'] < dilemma['plan']['profiles'][0]['kv_cache_tokens']
+
+
 # ---------------------------------------------------------------- scheduled
 def test_scheduled_when_one_configuration_cannot_hold_the_night_batch():
     batch = dict(BATCH, prompt_tokens_p99=29200, max_concurrency=7, hours='23:00-07:00')
