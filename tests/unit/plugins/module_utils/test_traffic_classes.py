@@ -344,8 +344,8 @@ def _random_classes(rng):
                      max_output_tokens=rng.choice((64, 512, 2048)), max_concurrency=rng.choice((1, 4, 16, 64)))
         if rng.random() < 0.8:
             start, length = rng.randrange(0, 1440, 30), rng.randrange(30, 1440, 30)
-            entry['hours'] = '%02d:%02d-%02d:%02d' % (start // 60, start % 60, (start + length) % 1440 // 60,
-                                                       (start + length) % 60)
+            end = (start + length) % 1440
+            entry['hours'] = '%02d:%02d-%02d:%02d' % (start // 60, start % 60, end // 60, end % 60)
         classes.append(entry)
     return classes
 
