@@ -230,7 +230,7 @@ def _memory_rows(plan):
 def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reasons=None):
     """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan).
     ``fixed_reasons``: knob -> why it was fixed (replaces the planner's "set by the user")."""
-    backend = params['backend']
+    backend = params.get('backend')
     by_name = dict((c.name, c) for c in classes)
     active = [by_name[n] for n in sorted({n for _s, _e, names in windows for n in names},
                                          key=[c.name for c in classes].index)]
@@ -252,7 +252,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
         if beyond:
             not_fitting.append('class %s needs %d tokens, the model supports %d' % (
                 longest.name, longest.tokens_per_sequence, spec.max_position_embeddings))
-    elif params.get('max_model_len') is not None and params['max_model_len'] < longest.tokens_per_sequence:
+    elif sp._is_int(params.get('max_model_len')) and params['max_model_len'] < longest.tokens_per_sequence:
         warnings.append('max_model_len %d is below class %s\'s prompt p99 + max output = %d: its longer '
                         'requests are rejected' % (params['max_model_len'], longest.name,
                                                    longest.tokens_per_sequence))

@@ -306,6 +306,12 @@ def _cls(**changes):
     ([_cls()], dict(model=''), 'model', 'required'),
     ([_cls()], dict(gpus=[]), 'gpus', 'no GPUs given'),
     ([_cls()], dict(gpu_layers=60), 'gpu_layers', 'backend vllm does not take it'),
+    ([_cls()], dict(max_model_len='long'), 'max_model_len', "got 'long'"),
+    ([_cls()], dict(backend='llama-box', tensor_parallel_size=None, max_model_len=4096), 'max_model_len', 'vLLM option'),
+    ([_cls()], dict(backend='tgi'), 'backend', "got 'tgi'"),
+    ([_cls()], dict(backend=None), 'backend', 'got None'),
+    ([_cls()], dict(backend_version=''), 'backend_version', 'required'),
+    ([_cls()], dict(tensor_parallel_size=3), 'tensor_parallel_size', '3'),
 ])
 def test_bad_traffic_classes_are_refused_by_name(classes, extra, field, text):
     result = serving_plan_result(params(classes, **extra))
