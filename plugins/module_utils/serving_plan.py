@@ -88,9 +88,10 @@ SERVING_PLAN_ARGUMENT_SPEC = dict(
     backend_version=dict(type='str', required=True),
     model=dict(type='raw', required=True),
     gpus=dict(type='list', elements='dict', required=True),
-    prompt_tokens_p99=dict(type='int', required=True, no_log=False),
-    max_output_tokens=dict(type='int', required=True, no_log=False),
-    max_concurrency=dict(type='int', required=True),
+    prompt_tokens_p99=dict(type='int', no_log=False),
+    max_output_tokens=dict(type='int', no_log=False),
+    max_concurrency=dict(type='int'),
+    traffic_classes=dict(type='list', elements='dict'),
     fail_on_infeasible=dict(type='bool', default=True),
     **KNOB_TYPES
 )
@@ -116,6 +117,9 @@ def _positive_int(field_name, value, upper):
 
 def parse_traffic(prompt_tokens_p99, max_output_tokens, max_concurrency):
     """Traffic from the three inventory figures, each checked and named on error."""
+    if prompt_tokens_p99 is None and max_output_tokens is None and max_concurrency is None:
+        raise PlanInputError('prompt_tokens_p99', 'is required (with max_output_tokens and max_concurrency) '
+                                                  'unless traffic_classes is given')
     return Traffic(
         prompt_tokens_p99=_positive_int('prompt_tokens_p99', prompt_tokens_p99, MAX_TOKENS_PER_REQUEST),
         max_output_tokens=_positive_int('max_output_tokens', max_output_tokens, MAX_TOKENS_PER_REQUEST),
@@ -334,7 +338,11 @@ def serving_plan_result(params):
     """The serving_plan task result for validated ``params``: ``changed``, ``plan`` and
     ``plan_report``; ``failed`` and ``msg`` (and ``field``) for invalid input or an
     infeasible plan under ``fail_on_infeasible``. The module and the action plugin both
-    return this, so a plan reads the same wherever it was computed."""
+    return this, so a plan reads the same wherever it was computed. Several traffic classes
+    are planned by ``traffic_classes`` (strategy and profiles added to ``plan``)."""
+    if params.get('traffic_classes') is not None:
+        from ansible_collections.kvpin.fleet.plugins.module_utils.traffic_classes import traffic_classes_result
+        return traffic_classes_result(params)
     try:
         plan = build_plan(params)
     except PlanInputError as error:

@@ -95,17 +95,34 @@ options:
     elements: dict
     required: true
   prompt_tokens_p99:
-    description: 99th percentile of prompt length in tokens, measured on real traffic.
+    description:
+      - 99th percentile of prompt length in tokens, measured on real traffic.
+      - Required, with O(max_output_tokens) and O(max_concurrency), unless O(traffic_classes) is given.
     type: int
-    required: true
   max_output_tokens:
-    description: Largest number of tokens a response may generate.
+    description: Largest number of tokens a response may generate (required unless O(traffic_classes) is given).
     type: int
-    required: true
   max_concurrency:
-    description: Concurrent requests the deployment must hold at the p99 prompt size.
+    description: Concurrent requests the deployment must hold at the p99 prompt size (required unless O(traffic_classes) is given).
     type: int
-    required: true
+  traffic_classes:
+    description:
+      - Several kinds of traffic on one deployment, instead of O(prompt_tokens_p99), O(max_output_tokens) and
+        O(max_concurrency) (giving both is refused). A list of 1 to 16 dicts with keys C(name) (unique; letters,
+        digits, C(_), C(.), C(-)), C(prompt_tokens_p99), C(max_output_tokens), C(max_concurrency) (positive
+        integers, as the single-class options) and optional C(hours), C("HH:MM-HH:MM") (a window may cross
+        midnight, C("23:00-06:00"); left out = always active).
+      - The day is cut at every window edge; classes active at the same minute add up (sequences and KV tokens).
+        Three strategies are planned with the engine's planner - C(single), one pinned configuration for every
+        class (max_model_len from the longest class, max_num_seqs and KV pool from the busiest window);
+        C(scheduled), one profile per set of classes active together, same weights (tensor parallelism and
+        quantization fixed), switched at the window edges; C(split), two deployments on disjoint halves of the
+        GPUs, each holding the whole weights.
+      - The cheapest feasible strategy is returned in C(plan.strategy) - fewest resident copies of the weights,
+        then fewest engine restarts a day - C(single) if it holds every window, else C(scheduled) if every profile
+        holds its window, else C(none) (infeasible). C(split) is only reported (C(plan.alternatives)), with its cost.
+    type: list
+    elements: dict
   tensor_parallel_size:
     description: vLLM tensor parallelism; an integer or C(auto) (smallest valid size that fits).
     type: raw
@@ -245,6 +262,22 @@ EXAMPLES = r'''
 - name: Show the stages and the llama-box layer-offload alternative
   ansible.builtin.debug:
     var: pp_plan.plan.pipeline
+
+- name: One endpoint for daytime chat and a nightly batch of 30k-token prompts (the field report's dilemma)
+  kvpin.fleet.serving_plan:
+    backend: vllm
+    backend_version: 0.10.1.1
+    model: meta-llama/Llama-3.3-70B-Instruct
+    gpus: "{{ ansible_facts.kvpin_gpus.gpus }}"
+    tensor_parallel_size: 4
+    traffic_classes:
+      - {name: chat, prompt_tokens_p99: 2048, max_output_tokens: 512, max_concurrency: 64, hours: "07:00-23:00"}
+      - {name: batch, prompt_tokens_p99: 30000, max_output_tokens: 2048, max_concurrency: 4, hours: "00:00-06:00"}
+  register: mixed_plan
+
+- name: Show the strategy, its profiles and what a split into two deployments would cost
+  ansible.builtin.debug:
+    msg: "{{ mixed_plan.plan_report }}"
 
 - name: Layer offload on one card with llama-box
   kvpin.fleet.serving_plan:
@@ -660,6 +693,46 @@ plan:
           the vLLM stages (C(offload_comparison.vllm)).
       type: dict
       returned: always
+    strategy:
+      description:
+        - With O(traffic_classes) - C(single), C(scheduled) or C(none) (nothing fits). The other top-level keys
+          are then those of the chosen profile with the largest VRAM claim (what GPUStack must book), C(feasible)
+          is the strategy's and C(reasons.strategy) says why it was chosen.
+      type: str
+      returned: with traffic_classes
+      sample: single
+    profiles:
+      description:
+        - With O(traffic_classes) - the chosen strategy's pinned configurations (with C(none), those of
+          C(single) and C(scheduled), each with its reasons). Each has C(name), C(classes), C(hours) (the windows
+          it serves), C(feasible), C(args), C(settings), C(memory_per_gpu) (per GPU C(index), C(name), C(total),
+          C(budget), C(weights), C(activation), C(non_torch), C(cuda_graph), C(kv_cache), C(headroom), C(resident),
+          bytes), C(kv_cache_tokens), C(demand_tokens) and C(demand_sequences) (the busiest window's need),
+          C(vram_claim_bytes), C(reasons), C(warnings), C(not_fitting) and C(suggestions).
+      type: list
+      elements: dict
+      returned: with traffic_classes
+    schedule:
+      description: With O(traffic_classes) and strategy C(scheduled) - when each profile takes over (C(at) "HH:MM", C(profile)); empty otherwise.
+      type: list
+      elements: dict
+      returned: with traffic_classes
+      sample: [{"at": "00:00", "profile": "batch"}, {"at": "07:00", "profile": "chat"}]
+    alternatives:
+      description:
+        - With O(traffic_classes) - every strategy with its numbers - C(strategy), C(feasible), C(profiles),
+          C(weight_copies), C(weights_bytes) (weights over all GPUs and copies), C(resident_bytes) (the largest
+          profile's, both deployments' for C(split)), C(profile_args) (each profile's engine arguments, by name)
+          and C(reason); C(switches_per_day) for C(scheduled),
+          C(deployments) (the two profiles with their C(gpus)) for C(split).
+      type: list
+      elements: dict
+      returned: with traffic_classes
+    traffic_classes:
+      description: With O(traffic_classes) - the classes as checked (C(hours) C(always) when left out).
+      type: list
+      elements: dict
+      returned: with traffic_classes
 plan_report:
   description: The plan for people - verdict, arguments, per-GPU memory table in GiB, and the rule behind each value.
   returned: success, and failure of an infeasible plan

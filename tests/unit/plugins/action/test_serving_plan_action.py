@@ -65,6 +65,10 @@ REPORT = dict(backend='vllm', backend_version='0.10.1.1', model='meta-llama/Llam
               gpus=GPUS, prompt_tokens_p99=11000, max_output_tokens=1024, max_concurrency=32,
               tensor_parallel_size=4)
 SMALL_TRAFFIC = dict(prompt_tokens_p99=128, max_output_tokens=64, max_concurrency=1)
+# The field report's open dilemma: daytime chat and a nightly 30k-token batch on one endpoint.
+CLASSES = [dict(name='chat', prompt_tokens_p99=2048, max_output_tokens=512, max_concurrency=64, hours='07:00-23:00'),
+           dict(name='batch', prompt_tokens_p99=30000, max_output_tokens=2048, max_concurrency=4, hours='00:00-06:00')]
+NO_SINGLE_CLASS = dict(prompt_tokens_p99=None, max_output_tokens=None, max_concurrency=None)
 
 # Task name -> (serving_plan args, task keywords).
 CASES = {
@@ -75,7 +79,9 @@ CASES = {
         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
         max_position_embeddings=4096, torch_dtype='bfloat16'), tensor_parallel_size=1, gpus=GPUS[:1],
         **SMALL_TRAFFIC), {}),
+    'traffic_classes': (dict(REPORT, traffic_classes=CLASSES, **NO_SINGLE_CLASS), {}),
     'invalid_zero': (dict(REPORT, max_concurrency=0), {}),
+    'invalid_traffic_both': (dict(REPORT, traffic_classes=CLASSES), {}),
     'invalid_type': (dict(REPORT, max_concurrency='many'), {}),
     'unsupported_option': (dict(REPORT, max_concurency=32), {}),
     'infeasible': (dict(REPORT, gpu_memory_utilization=0.92), {}),
@@ -123,7 +129,7 @@ def playbook_run(tmp_path_factory):
     return json.loads(results.read_text()), log_by_task
 
 
-@pytest.mark.parametrize('name', ['catalog', 'catalog_check_mode', 'hf_config_dict'])
+@pytest.mark.parametrize('name', ['catalog', 'catalog_check_mode', 'hf_config_dict', 'traffic_classes'])
 def test_catalog_model_plans_on_the_controller_as_the_module_would(playbook_run, tmp_path, name):
     results, log = playbook_run
     assert MODULE_SENT not in log[name]
@@ -133,6 +139,13 @@ def test_catalog_model_plans_on_the_controller_as_the_module_would(playbook_run,
     assert result['plan'] == expected['plan']
     assert result['plan_report'] == expected['plan_report']
     assert result['plan']['feasible']
+
+
+def test_traffic_classes_plan_on_the_controller_with_a_strategy(playbook_run):
+    plan = playbook_run[0]['traffic_classes']['plan']
+    assert plan['strategy'] == 'single' and plan['feasible']
+    assert [a['weight_copies'] for a in plan['alternatives']] == [1, 1, 2]
+    assert [c['name'] for c in plan['traffic_classes']] == ['chat', 'batch']
 
 
 def test_report_deployment_gets_the_report_pins_on_the_controller(playbook_run):
@@ -150,6 +163,7 @@ def test_report_deployment_gets_the_report_pins_on_the_controller(playbook_run):
 
 @pytest.mark.parametrize('name, message', [
     ('invalid_zero', 'serving_plan: invalid max_concurrency: must be > 0, got 0'),
+    ('invalid_traffic_both', 'serving_plan: invalid traffic_classes: replaces prompt_tokens_p99'),
     ('invalid_type', "argument 'max_concurrency' is of type str and we were unable to convert to int"),
     ('unsupported_option', 'Unsupported parameters for (kvpin.fleet.serving_plan) module: max_concurency.'),
 ])

@@ -53,6 +53,14 @@ def _cases():
     yield 'vllm', _params(backend='vllm', backend_version='0.11.0', model='Qwen/Qwen2.5-32B-Instruct',
                           gpus=_gpus('a6000', 1) + [dict(_gpus('4090', 1)[0], index=1)],
                           pipeline_parallel_size=2)
+    # several traffic classes (strategy, profiles, schedule, alternatives): a scheduled plan
+    yield 'vllm', _params(backend='vllm', backend_version='0.10.1.1', model='meta-llama/Llama-3.3-70B-Instruct',
+                          gpus=_gpus('a6000', 4), tensor_parallel_size=4, kv_cache_dtype='fp8',
+                          prompt_tokens_p99=None, max_output_tokens=None, max_concurrency=None, traffic_classes=[
+                              dict(name='chat', prompt_tokens_p99=2048, max_output_tokens=512, max_concurrency=64,
+                                   hours='07:00-23:00'),
+                              dict(name='batch', prompt_tokens_p99=29200, max_output_tokens=2048, max_concurrency=7,
+                                   hours='23:00-07:00')])
     for backend, version in (('llama-box', 'v0.0.171'), ('llama.cpp', 'b5000')):
         for card, count, knobs in (('a6000', 1, {'quantization': 'Q4_K_M'}),
                                    ('4090', 2, {'quantization': 'Q8_0', 'gpu_layers': 20}),
