@@ -48,6 +48,8 @@ TERMS = (
     ('cuda_graph', '#59a14f', 'CUDA graphs'),
     ('cuda_context', '#3d7f7a', 'CUDA context outside vLLM\'s budget (terms.outside_cuda_context)'),
     ('kv_cache', '#edc948', 'KV cache'),
+    ('cold_compile_margin', '#f6e7a8', 'budget kept for a cold torch.compile (terms.cold_compile_margin: '
+                                       'a warm start may fill it with KV)'),
     ('other_processes', '#b07aa1', 'memory held by processes outside GPUStack'),
     ('system_reserved', '#9c755f', 'system_reserved (kept off GPUStack\'s books)'),
     ('headroom', '#d9d9d9', 'headroom (free)'),
@@ -171,6 +173,11 @@ def gpu_bars(node, where='nodes[0]'):
                 if context:
                     segments.append(('cuda_context', name, _bytes(context, '%s.plans[%s].plan.memory[%d].terms.'
                                                                   'outside_cuda_context' % (where, name, row_position))))
+                cold = _dict(mem.get('terms'), '%s.plans[%s].plan.memory[%d].terms'
+                             % (where, name, row_position)).get('cold_compile_margin')
+                if cold:
+                    segments.append(('cold_compile_margin', name, _bytes(cold, '%s.plans[%s].plan.memory[%d].terms.'
+                                                                         'cold_compile_margin' % (where, name, row_position))))
         if outside:
             segments.append(('other_processes', None, outside))
         used = sum(size for _term, _name, size in segments)

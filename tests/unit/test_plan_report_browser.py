@@ -119,7 +119,8 @@ def test_the_report_in_chromium_one_bar_per_gpu_segments_to_scale_no_error(brows
                 if not plan['feasible']:
                     assert laid_out == []
                     continue
-                want = [(t, row[t]) for t in RESIDENT_TERMS] + [('cuda_context', row['terms']['outside_cuda_context'])]
+                want = [(t, row[t]) for t in RESIDENT_TERMS] + [('cuda_context', row['terms']['outside_cuda_context'])] + [
+                    ('cold_compile_margin', row['terms'][t]) for t in ('cold_compile_margin',) if row['terms'].get(t)]
                 assert [(s['term'], s['bytes']) for s in laid_out] == want
                 for segment in laid_out:
                     assert abs(segment['width'] - segment['bytes'] / measured['scale']) <= 1

@@ -90,12 +90,15 @@ def test_resident_segments_are_the_plans_bytes_and_the_rest_is_the_plans_headroo
     xss_plan = node1['plans'][1]['plan']
     row = xss_plan['memory'][0]
     gpu1 = bars[1]['segments']
+    cold = row['terms']['cold_compile_margin']
+    assert cold > 0      # vLLM 0.10.1.1 has no --kv-cache-memory-bytes: the budget keeps a cold-compile margin
     assert [(t, n, b) for t, n, b in gpu1 if n] == [(t, XSS, row[t]) for t in RESIDENT_TERMS] + [
-        ('cuda_context', XSS, row['terms']['outside_cuda_context'])]
+        ('cuda_context', XSS, row['terms']['outside_cuda_context']), ('cold_compile_margin', XSS, cold)]
     # One deployment, no outside process: system_reserved + headroom is the plan's own headroom
-    # plus what the KV blocks leave unallocated of the budget (vLLM 0.10: CUDA graphs outside it).
+    # plus what the KV blocks leave unallocated of the budget (vLLM 0.10: CUDA graphs outside it),
+    # the cold-compile margin drawn apart.
     rest = sum(b for t, _n, b in gpu1 if t in ('system_reserved', 'headroom'))
-    unallocated = row['budget'] - sum(row[t] for t in ('weights', 'activation', 'non_torch', 'kv_cache'))
+    unallocated = row['budget'] - sum(row[t] for t in ('weights', 'activation', 'non_torch', 'kv_cache')) - cold
     assert 0 <= rest - row['headroom'] == unallocated < 1024 ** 2
     # The outside process on GPU 0 (2 GiB) is drawn, and the infeasible plan is not deployed.
     assert ('other_processes', None, 2 * 1024 ** 3) in bars[0]['segments']
@@ -111,7 +114,8 @@ def test_a_tensor_parallel_plan_draws_on_each_of_its_gpus(nodes):
     for row in tp2['memory']:
         drawn = dict((t, b) for t, n, b in bars[row['index']]['segments'] if n == 'tp2')
         assert drawn == dict([(t, row[t]) for t in RESIDENT_TERMS]
-                             + [('cuda_context', row['terms']['outside_cuda_context'])])
+                             + [('cuda_context', row['terms']['outside_cuda_context']),
+                                ('cold_compile_margin', row['terms']['cold_compile_margin'])])
 
 
 def test_every_string_is_escaped_so_an_xss_payload_is_inert(page):
