@@ -28,6 +28,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import BYTES, Fitted, source_rows_of
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 
@@ -146,17 +147,46 @@ SAFETY_MARGIN_MIN_BYTES = 512 * MiB
 # the KV budget the warm profile leaves, so the plan describes the cold start, the smaller one.
 COLD_COMPILE_KV_FRACTION_X1000 = 50
 
+# Each fitted constant above as one Fitted (plugins/module_utils/fitted.py): its value, what
+# it was fitted on and its source rows; the explanations print describe(), never the number.
+CUDA_CONTEXT = Fitted(
+    'vllm_memory.CUDA_CONTEXT_BYTES', CUDA_CONTEXT_BYTES, BYTES,
+    'the H100 80GB startup lines of llm-d (78.57 of 79.18 GiB free)', CUDA_CONTEXT_SOURCE_ROWS)
+NON_TORCH_GROWTH = Fitted(
+    'vllm_memory.NON_TORCH_GROWTH_BYTES', NON_TORCH_GROWTH_BYTES, BYTES,
+    'the non-torch growth the profiler logs at TP1, llm-d H100', NON_TORCH_GROWTH_SOURCE_ROWS)
+TP_WORKSPACE = Fitted(
+    'vllm_memory.TP_WORKSPACE_BYTES', TP_WORKSPACE_BYTES, BYTES,
+    'the non-torch growth at TP2 above TP1, llm-d H100 (0.55 - 0.13 GiB)', TP_WORKSPACE_SOURCE_ROWS)
+NCCL_PER_CHANNEL_CONNECTION = Fitted(
+    'vllm_memory.NCCL_BYTES_PER_CHANNEL_CONNECTION', NCCL_BYTES_PER_CHANNEL_CONNECTION,
+    BYTES + ' per channel per ring connection',
+    'llm-d H100 free at startup, TP2 vs TP1 (0.93 GiB for one NVLink peer over %d channels)'
+    % NCCL_CHANNELS_NVLINK, NCCL_SOURCE_ROWS)
+SAMPLER_SORT_RESIDUAL = Fitted(
+    'vllm_memory.SAMPLER_SORT_RESIDUAL_X100', SAMPLER_SORT_RESIDUAL_X100, '{} B per logit',
+    'the sort-path sampler warm-up of the %d llm-d H100 rows (least squares 38.19 B per logit, '
+    'the shapes 38.00)' % len(ACTIVATION_SOURCE_ROWS), ACTIVATION_SOURCE_ROWS, scale=100)
+GRAPH_PER_LAYER = Fitted(
+    'vllm_memory.GRAPH_BYTES_PER_LAYER', GRAPH_BYTES_PER_LAYER, BYTES + ' per layer',
+    'the graph pool of Llama-3.3-70B-FP8, H100 TP1, llm-d (0.60 GiB, 80 layers, %d captured sizes)'
+    % GRAPH_REFERENCE_CAPTURE_COUNT, GRAPH_SOURCE_ROWS)
+GRAPH_COLLECTIVES = Fitted(
+    'vllm_memory.GRAPH_COLLECTIVE_BYTES_PER_CONNECTION', GRAPH_COLLECTIVE_BYTES_PER_CONNECTION,
+    BYTES + ' per ring connection',
+    'vllm#7553 (~2.4 GiB of graphs per RTX 4090 at TP4 in V0, less the graph nodes; not a data row)')
+COLD_COMPILE_MARGIN = Fitted(
+    'vllm_memory.COLD_COMPILE_KV_FRACTION_X1000', COLD_COMPILE_KV_FRACTION_X1000,
+    '{} % of the warm KV budget',
+    'vllm#54383 (245 fewer blocks, 4.5 % of the KV pool, after a cold compile on 2 x RTX 4090 TP2, '
+    'vLLM 0.28.0; not a data row)', scale=10)
+
 # Fitted constant -> the benchmarks/data/vllm_public.json rows it was read from (the one place
 # for it: bench_accuracy_vllm.py scores these rows as "fit", tests/unit/test_validation_split.py
 # checks the data file's "split" and "fit_for" against it).
-FITTED_SOURCE_ROWS = {
-    'vllm_memory.CUDA_CONTEXT_BYTES': CUDA_CONTEXT_SOURCE_ROWS,
-    'vllm_memory.NON_TORCH_GROWTH_BYTES': NON_TORCH_GROWTH_SOURCE_ROWS,
-    'vllm_memory.TP_WORKSPACE_BYTES': TP_WORKSPACE_SOURCE_ROWS,
-    'vllm_memory.NCCL_BYTES_PER_CHANNEL_CONNECTION': NCCL_SOURCE_ROWS,
-    'vllm_memory.SAMPLER_SORT_RESIDUAL_X100': ACTIVATION_SOURCE_ROWS,
-    'vllm_memory.GRAPH_BYTES_PER_LAYER': GRAPH_SOURCE_ROWS,
-}
+FITTED_SOURCE_ROWS = source_rows_of(
+    CUDA_CONTEXT, NON_TORCH_GROWTH, TP_WORKSPACE, NCCL_PER_CHANNEL_CONNECTION, SAMPLER_SORT_RESIDUAL,
+    GRAPH_PER_LAYER, GRAPH_COLLECTIVES, COLD_COMPILE_MARGIN)
 
 TP_CANDIDATES = (1, 2, 4, 8)
 MAX_MODEL_LEN_LIMIT = 16 * 1024 * 1024
@@ -362,7 +392,7 @@ def weights_per_gpu(spec, tp, gpu=None, version=None):
             ('for the Marlin kernel vLLM picks below compute capability 10 (hidden to 256, '
              'intermediate / TP to 128; shapes from mxfp4.py create_weights) %s' % _gib(expert_padding))
             if kernel == 'marlin' else
-            ('to 256-wide by vLLM (fitted on the llm-d H100 gpt-oss rows) %s' % _gib(expert_padding))))
+            ('by vLLM (%s) %s' % (prof.MXFP4_EXPERT_PAD.describe(), _gib(expert_padding)))))
         if expert_padding else '',
         spec.weight_bytes_note or ('exact' if spec.weight_bytes_exact else 'from the model spec')))
     return total, terms, explain
@@ -420,14 +450,13 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '
-               'topk_topp_sampler.py; only the sort residual, 0.19 B per logit, is fitted on the 7 llm-d '
-               'H100 rows); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
+               'topk_topp_sampler.py; only the sort residual is %s); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
                'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens x (4 x hidden + 3 '
                'x FFN %d / TP %d) x %d B (shapes)' % (
                    _gib(sampler), _gib(hidden_states), (' + reserve %s' % _gib(reserve)) if reserve else '',
                    _gib(forward), _gib(peak), path,
                    version or 'unknown', max_num_seqs, max_num_batched_tokens, rows, spec.vocab_size,
-                   per_logit, max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
+                   per_logit, SAMPLER_SORT_RESIDUAL.describe(), max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
                    spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp, spec.dtype_bytes)) + guard
     return peak, terms, explain
 
@@ -503,17 +532,18 @@ def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
     terms = {'cuda_graph_nodes': nodes, 'cuda_graph_intermediates': intermediates,
              'cuda_graph_collectives': collectives}
     if nccl_in_graphs:
-        comm = ('NCCL collectives captured in graphs 1 GiB x %d ring connections = %s (fitted: ~2.4 GiB '
-                'per RTX 4090 at TP4, vllm#7553)' % (ring_connections(tp), _gib(collectives)))
+        comm = ('NCCL collectives captured in graphs %s x %d ring connections = %s (%s)' % (
+            _gib(GRAPH_COLLECTIVE_BYTES_PER_CONNECTION), ring_connections(tp), _gib(collectives),
+            GRAPH_COLLECTIVES.describe()))
     elif tp > 1:
         comm = 'no NCCL in graphs (custom all-reduce over NVLink)'
     else:
         comm = 'no collectives (TP 1)'
-    explain = ('%d captured sizes up to %d: graph nodes 8 MiB x %d layers x %d/67 = %s (fitted: '
-               '0.60 GiB Llama-3.3-70B-FP8 H100 TP1, llm-d) + largest graph intermediates %s '
-               '(physical) + %s = %s; an estimate, logs show 0.1-2.5 GiB per GPU' % (
-                   count, largest, spec.num_layers, count, _gib(nodes), _gib(intermediates),
-                   comm, _gib(total)))
+    explain = ('%d captured sizes up to %d: graph nodes %s x %d layers x %d/%d = %s (%s) + largest '
+               'graph intermediates %s (physical) + %s = %s; an estimate, logs show 0.1-2.5 GiB per GPU' % (
+                   count, largest, _gib(GRAPH_BYTES_PER_LAYER), spec.num_layers, count,
+                   GRAPH_REFERENCE_CAPTURE_COUNT, _gib(nodes), GRAPH_PER_LAYER.describe(),
+                   _gib(intermediates), comm, _gib(total)))
     return total, terms, explain
 
 
@@ -659,30 +689,28 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                    'the NVML total %s' % (util, _gib(row['cuda'].cuda_total), _gib(row['cuda'].nvml_total))),
         'weights': w_explain,
         'activation': row['a_explain'],
-        'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, fitted '
-                     '0.13 GiB llm-d TP1)%s%s' % (
-                         _gib(non_torch_growth),
-                         (' + TP workspaces %s (fitted 0.55 - 0.13 GiB, llm-d TP2)' % _gib(tp_workspace))
+        'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, %s)%s%s' % (
+                         _gib(non_torch_growth), NON_TORCH_GROWTH.describe(),
+                         (' + TP workspaces %s (%s)' % (_gib(tp_workspace), TP_WORKSPACE.describe()))
                          if tp_workspace else '',
                          (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
                           % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
                          ' + CUDA context %s (this version measures non-torch memory device-wide)'
                          % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
-        'nccl_buffers': '%d ring connections x %d NCCL channels x %s (fitted: 0.93 GiB per NVLink '
-                        'peer, llm-d H100 TP2 free-at-startup) -> %s, %s' % (
+        'nccl_buffers': '%d ring connections x %d NCCL channels x %s (%s) -> %s, %s' % (
                             ring_connections(tp), nccl_channels(gpu.get('name')),
-                            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), _gib(row['nccl']),
+                            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), NCCL_PER_CHANNEL_CONNECTION.describe(),
+                            _gib(row['nccl']),
                             'outside the budget' if acct.nccl_in_baseline else 'inside the budget'),
-        'cuda_context': 'CUDA context + driver, outside torch (fitted: 0.61 GiB used at startup on '
-                        'H100, llm-d)',
+        'cuda_context': 'CUDA context + driver, outside torch (%s)' % CUDA_CONTEXT.describe(),
         'cuda_graph': row['g_explain'] + (' -- charged INSIDE the budget' if ctx.graphs_inside
                                           else ' -- OUTSIDE the budget (captured after KV allocation)'),
         'kv_cache': '%d blocks x %s per block (%d tokens x %s per token on this GPU, kv dtype %s); %s%s' % (
             row['blocks'], _gib(layout.bytes_per_block), layout.block_size,
             _gib(layout.bytes_per_token), kv_dtype, layout.rule,
-            ('; the KV budget is net of a cold-compile margin %s (5 %% of the warm KV budget, '
-             'vllm#54383): not pinned in bytes, a cold torch.compile is charged as activation'
-             % _gib(row['cold'])) if row['cold'] else ''),
+            ('; the KV budget is net of a cold-compile margin %s (%s): not pinned in bytes, a cold '
+             'torch.compile is charged as activation'
+             % (_gib(row['cold']), COLD_COMPILE_MARGIN.describe())) if row['cold'] else ''),
         'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
                     'safety margin %s (3 %% of the card, >= 512 MiB: allocator fragmentation, '
                     'prefill peaks above the profiled one, unprofiled logprobs)' % (

@@ -542,7 +542,7 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                 'nccl_buffers': 'TP group %s + PP group of %d stages %s (ring connections x channels x %s)' % (
                     vm._gib(st['tp_nccl']), pp, vm._gib(st['pp_nccl']),
                     vm._gib(vm.NCCL_BYTES_PER_CHANNEL_CONNECTION)),
-                'cuda_context': 'CUDA context + driver, outside torch (fitted 0.61 GiB, llm-d H100)',
+                'cuda_context': 'CUDA context + driver, outside torch (%s)' % vm.CUDA_CONTEXT.describe(),
                 'cuda_graph': st['g_explain'] + (' -- charged INSIDE the budget' if setup.graphs_inside
                                                  else ' -- OUTSIDE the budget'),
                 'kv_cache': ('this stage fits %d blocks of %s (%d tokens x %d layers x %s per layer per '

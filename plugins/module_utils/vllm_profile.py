@@ -18,6 +18,7 @@ from typing import Optional, Tuple
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
 
 # Supported: every release from the oldest one a GPUStack release pinned (gpustack 0.3.0:
 # vllm = "^0.6.1") on; docs/vllm-versions.md lists what each GPUStack release pinned or shipped.
@@ -469,7 +470,10 @@ MXFP4_PAD_SOURCE_ROWS = ('llmd-h100-gpt-oss-20b-tp1', 'llmd-h100-gpt-oss-120b-tp
 
 # Fitted constant -> the benchmarks/data/vllm_public.json rows ("id"s) it was read from
 # (bench_accuracy_vllm.py scores them as the "fit" split; docs/data-sources.md).
-FITTED_SOURCE_ROWS = {'vllm_profile.MXFP4_EXPERT_PAD_MULTIPLE': MXFP4_PAD_SOURCE_ROWS}
+MXFP4_EXPERT_PAD = Fitted(
+    'vllm_profile.MXFP4_EXPERT_PAD_MULTIPLE', MXFP4_EXPERT_PAD_MULTIPLE, '{}-wide expert padding',
+    'the gpt-oss-20b and gpt-oss-120b weights loaded on H100, llm-d', MXFP4_PAD_SOURCE_ROWS)
+FITTED_SOURCE_ROWS = source_rows_of(MXFP4_EXPERT_PAD)
 
 
 def mxfp4_expert_padding(expert_bytes, expert_width):
