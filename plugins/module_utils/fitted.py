@@ -52,6 +52,14 @@ class Fitted:
         return 'fitted %s on %s' % (self.shown(), self.fitted_on)
 
 
+def describe_together(constants):
+    """'fitted <value>, <value> on <what>' for constants fitted on the same thing."""
+    fitted_on = set(constant.fitted_on for constant in constants)
+    if len(fitted_on) != 1:
+        raise ValueError('describe_together: the constants were fitted on different things')
+    return 'fitted %s on %s' % (', '.join(constant.shown() for constant in constants), fitted_on.pop())
+
+
 def source_rows_of(*constants):
     """{'module.CONSTANT': (row id, ...)} of the constants read from data rows (a module's
     FITTED_SOURCE_ROWS)."""

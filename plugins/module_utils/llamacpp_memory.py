@@ -34,6 +34,8 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError, Traffic)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import (
+    BYTES, Fitted, describe_together, source_rows_of)
 
 try:
     from gguf import GGML_QUANT_SIZES as _GGUF_QUANT_SIZES
@@ -88,11 +90,20 @@ Q8_1_BLOCK = (32, 36)     # MMQ quantizes the activations to ggml block_q8_1: 32
 # Fitted constant -> the benchmarks/data/llamacpp_public.json rows ("id"s) it was read from
 # (the one place for it: bench_accuracy_llamacpp.py scores them as the "fit" split,
 # tests/unit/test_validation_split.py checks the data file against it).
-FITTED_SOURCE_ROWS = {
-    'llamacpp_memory.HIDDEN_LIVE_AT_ATTENTION': COMPUTE_BUFFER_SOURCE_ROWS,
-    'llamacpp_memory.HIDDEN_LIVE_AT_FFN': COMPUTE_BUFFER_SOURCE_ROWS,
-    'llamacpp_memory.HIDDEN_LIVE_AT_OUTPUT': COMPUTE_BUFFER_SOURCE_ROWS,
-}
+_COMPUTE_BUFFER_FITTED_ON = ('the compute buffers of llama.cpp#8035 (CUDA0 1108.5 MiB) and #17715 '
+                             '(398 / 2210 MiB)')
+HIDDEN_LIVE = (
+    Fitted('llamacpp_memory.HIDDEN_LIVE_AT_ATTENTION', HIDDEN_LIVE_AT_ATTENTION,
+           '{} hidden-sized F32 tensors live at attention', _COMPUTE_BUFFER_FITTED_ON,
+           COMPUTE_BUFFER_SOURCE_ROWS),
+    Fitted('llamacpp_memory.HIDDEN_LIVE_AT_FFN', HIDDEN_LIVE_AT_FFN, '{} at FFN',
+           _COMPUTE_BUFFER_FITTED_ON, COMPUTE_BUFFER_SOURCE_ROWS),
+    Fitted('llamacpp_memory.HIDDEN_LIVE_AT_OUTPUT', HIDDEN_LIVE_AT_OUTPUT, '{} at output',
+           _COMPUTE_BUFFER_FITTED_ON, COMPUTE_BUFFER_SOURCE_ROWS),
+)
+CUDA_CONTEXT = Fitted('llamacpp_memory.CUDA_CONTEXT_BYTES', CUDA_CONTEXT_BYTES, BYTES,
+                      CUDA_CONTEXT_SOURCE + ' (not a data row)')
+FITTED_SOURCE_ROWS = source_rows_of(CUDA_CONTEXT, *HIDDEN_LIVE)
 
 # (values per block, bytes per block): GGML_QUANT_SIZES of gguf-py, used when the gguf
 # package is not installed. test_llamacpp_memory checks this table against gguf's.
@@ -570,16 +581,16 @@ def _device_memory(ctx, gpu, position, units, host_units):
                       else '%d block(s) x %d cells x (K %s + V %s) per cell' % (
                           n_blocks, shape.n_kv, ctx['cache_type_k'], ctx['cache_type_v'])),
         'compute_buffer': 'max of the live-tensor peaks of the worst-case graph for %d tokens '
-                          'against %d KV cells (flash attention %s); peak widths fitted on '
-                          'llama.cpp#8035 (CUDA0 1108.5 MiB) and #17715 (398 / 2210 MiB)'
-                          % (shape.n_tokens, shape.n_kv, 'on' if shape.flash_attn else 'off'),
+                          'against %d KV cells (flash attention %s); peak widths %s'
+                          % (shape.n_tokens, shape.n_kv, 'on' if shape.flash_attn else 'off',
+                             describe_together(HIDDEN_LIVE)),
         'cuda_pool_growth': 'not printed at load; allocated by the first long prompt '
                             '(llama.cpp#4712: +6%% to +27%% VRAM by batch size; ollama#5913 '
                             'OOM after "llama runner started"): %s; MMQ %s on compute '
                             'capability %s' % (', '.join(sorted(pterms)) or 'none',
                                                'used' if mmq else 'not used',
                                                gpu.get('compute_capability')),
-        'cuda_context': CUDA_CONTEXT_SOURCE,
+        'cuda_context': CUDA_CONTEXT.describe(),
     }
     return DeviceResult(gpu=gpu, units=list(units), weights=weights, kv=kv, compute=compute,
                         pool=pool, context=context, terms=terms, explain=explain)

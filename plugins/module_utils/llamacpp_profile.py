@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
 
 ENGINE_LLAMA_BOX = 'llama-box'
@@ -61,7 +62,11 @@ FIT_FIRST_BUILD_WITH = 7445
 # The 256 rule was read off the KV buffers of the two llama.cpp#17715 rows of
 # benchmarks/data/llamacpp_public.json (402 MiB with -fa 0 and -fa 1; docstring above).
 KV_PAD_SOURCE_ROWS = ('llamacpp-17715-gpt-oss-20b-fa1', 'llamacpp-17715-gpt-oss-20b-fa0')
-FITTED_SOURCE_ROWS = {'llamacpp_profile.KV_PAD_ALWAYS_256_FROM_BUILD': KV_PAD_SOURCE_ROWS}
+KV_PAD_ALWAYS_256 = Fitted(
+    'llamacpp_profile.KV_PAD_ALWAYS_256_FROM_BUILD', KV_PAD_ALWAYS_256_FROM_BUILD,
+    'the always-256 KV padding from build {}',
+    'the KV buffers of the two llama.cpp#17715 rows (402 MiB with -fa 0 and -fa 1)', KV_PAD_SOURCE_ROWS)
+FITTED_SOURCE_ROWS = source_rows_of(KV_PAD_ALWAYS_256)
 
 # llama-box versions whose pinned llama.cpp was read: all of them use the
 # L-2025 rules (the project is unmaintained since 2025-11; GPUStack 0.7.1 shipped v0.0.171).
