@@ -424,7 +424,7 @@ plan:
               type: int
               returned: backend vllm
             activation_sampler_warmup:
-              description: vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32, then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers); a 0.19 B per logit sort residual is fitted.
+              description: vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32, then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers); a small per-logit sort residual is fitted (vllm_memory.SAMPLER_SORT_RESIDUAL).
               type: int
               returned: backend vllm
             activation_hidden_states:

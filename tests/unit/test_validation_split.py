@@ -19,6 +19,8 @@ import sys
 
 import pytest
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, 'benchmarks', 'data')
 
@@ -100,6 +102,35 @@ def test_every_fitted_constant_names_existing_fit_rows(name):
             assert row_id in by_id, (constant, row_id)
             assert by_id[row_id]['split'] == 'fit', (constant, row_id)
             assert constant in by_id[row_id]['fit_for'], (constant, row_id)
+
+
+def _fitted_objects(name):
+    """The Fitted objects (plugins/module_utils/fitted.py) of the modules a data file feeds."""
+    found = []
+    for module in BENCHMARKS[name][1]:
+        for value in vars(module).values():
+            found.extend(v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, Fitted))
+    return found
+
+
+@pytest.mark.parametrize('name', sorted(BENCHMARKS))
+def test_each_fitted_objects_source_rows_exist_and_are_fit(name):
+    """The rows a Fitted object names are in the data, split fit, with the constant in their
+    fit_for, and the benchmark's split uses exactly those rows; a Fitted read from no data row
+    (an issue thread) is in no row's fit_for."""
+    by_id = dict((e['id'], e) for e in _entries(name))
+    objects = _fitted_objects(name)
+    assert objects
+    for obj in objects:
+        for row_id in obj.source_rows:
+            assert row_id in by_id, (obj.name, row_id)
+            assert by_id[row_id]['split'] == 'fit', (obj.name, row_id)
+            assert obj.name in by_id[row_id]['fit_for'], (obj.name, row_id)
+        if not obj.source_rows:
+            assert not [e['id'] for e in by_id.values() if obj.name in e['fit_for']], obj.name
+    sources = _sources(name)
+    for constant, rows in source_rows_of(*objects).items():
+        assert sources[constant] == rows, constant
 
 
 def test_no_held_out_row_is_a_source_of_a_fitted_constant():
