@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
     LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, GGUFLayout, ModelSpec)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
@@ -991,7 +992,9 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                        driver_reserved=cudas[position].gap),
             explain=dict(r.explain, cuda_graph=CUDA_GRAPH_NOTE,
                          total='CUDA-visible total (what llama.cpp can allocate): %s [%s]' % (
-                             cudas[position].explain, cudas[position].source))))
+                             cudas[position].explain, cudas[position].source)),
+            term_kinds=tk.term_kinds(tk.LLAMACPP, list(r.terms) + ['nvml_total', 'driver_reserved'],
+                                    cudas[position], tk.LLAMACPP_PREFIXES)))
     settings = {'gpu_layers': k, 'ctx_size': ctx_size, 'parallel': parallel,
                 'flash_attn': flash_attn, 'cache_type_k': ctype_k, 'cache_type_v': ctype_v,
                 'ubatch_size': ubatch, 'batch_size': batch, 'no_kv_offload': no_kv_offload,

@@ -31,6 +31,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB,
 from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import BYTES, Fitted, source_rows_of
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
 
 # ----------------------------------------------------------------------------------------
 # Fitted and policy constants. "llm-d H100" = the H100 80GB rows of
@@ -913,7 +914,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
             weights=weights, activation=row['act'], non_torch=row['inside_nt'],
             cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=headroom, terms=terms,
-            explain=explain))
+            explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda'])))
         vram_claim = max(vram_claim, resident)
         system_reserved = max(system_reserved, required)
     # GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to

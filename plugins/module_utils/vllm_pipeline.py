@@ -43,6 +43,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYE
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
 
 PP_KNOBS = ('pipeline_parallel_size', 'pp_layer_partition')
 # Knobs a PP plan does not model (the pinned KV size is per worker and the stages differ).
@@ -559,7 +560,7 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                 index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
                 weights=st['weights'], activation=st['act'], non_torch=st['inside_nt'],
                 cuda_graph=st['graph'], kv_cache=kv_alloc, headroom=total - budget - row['resident'],
-                terms=terms, explain=explain))
+                terms=terms, explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda'])))
             vram_claim = max(vram_claim, budget + row['resident'])
             system_reserved = max(system_reserved, row['required'])
         stage_out.append(dict(

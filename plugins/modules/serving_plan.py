@@ -632,6 +632,22 @@ plan:
           sample:
             total: CUDA-visible total of GPU 0 (NVIDIA RTX A6000)
             budget: ceil(total x gpu_memory_utilization 0.89)
+        term_kinds:
+          description:
+            - What kind of figure each term is, by name - the headline terms and every key of
+              C(terms) - so that physics and guesses read apart.
+            - C(shapes) tensor shapes x dtype bytes as the engine allocates them; C(engine) a
+              constant or rule copied from the engine's source; C(measured) read off the device
+              (NVML) or a logged figure for the card; C(fitted) a constant fitted on logs (the
+              explanation prints what it was fitted on), a guess; C(shapes+fitted) shapes plus a
+              fitted part; C(policy) a margin or guard the planner chooses; C(derived) arithmetic
+              on the other terms.
+          type: dict
+          returned: always
+          sample:
+            weights: shapes+fitted
+            cuda_context: fitted
+            safety_margin: policy
     kv_cache_tokens:
       description: Tokens the KV cache holds (per GPU group, minimum over GPUs).
       type: int
