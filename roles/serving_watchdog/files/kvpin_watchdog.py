@@ -8,7 +8,7 @@ Stdlib only (Python 3.9+). Two subcommands share one decision engine:
   daemon --config FILE          watch one target under systemd (Type=notify)
   replay --trace FILE.csv       feed a recorded trace through the same engine,
                                 print one JSON decision per sample
-  switch-profile --config FILE --profile NAME
+  switch-profile --config FILE (--profile NAME | --due)
                                 switch the deployment to one of its traffic-class
                                 profiles (backend_parameters) through GPUStack's API
 
@@ -138,6 +138,10 @@ DEFAULTS: Dict[str, object] = {
     # Scheduled traffic-class profiles (serving_plan strategy 'scheduled'): profile name ->
     # the deployment's backend_parameters in that profile. switch-profile puts one in place.
     "profiles": None,
+    # The window edges, [{at: "HH:MM", profile: NAME}] (serving_plan's plan.schedule), local time:
+    # `switch-profile --due` puts the profile of the latest edge at or before now in place, so a
+    # timer caught up at boot (Persistent=true) after several missed edges lands on the right one.
+    "profile_schedule": None,
     "profile_switch_grace_seconds": 1800,   # after a switch the daemon neither recycles nor alerts
     "profile_settle_seconds": 30,      # after the update, wait this long for GPUStack to restart
                                        # the instance itself before deleting it (recreated then)
@@ -276,6 +280,46 @@ def profiles_problems(profiles: object) -> List[str]:
     return errors
 
 
+MAX_SCHEDULE_EDGES = 48
+_AT_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+
+
+def schedule_problems(schedule: object, profiles: object) -> List[str]:
+    """What is wrong with a `profile_schedule`, each naming the edge; None is fine."""
+    if schedule is None:
+        return []
+    if not isinstance(schedule, list) or not 0 < len(schedule) <= MAX_SCHEDULE_EDGES:
+        return ["profile_schedule must be a list of 1..%d edges {at: HH:MM, profile: NAME}" % MAX_SCHEDULE_EDGES]
+    errors, seen = [], set()
+    names = set(profiles) if isinstance(profiles, dict) else set()
+    for index, edge in enumerate(schedule):
+        where = "profile_schedule[%d]" % index
+        if not isinstance(edge, dict) or set(edge) != {"at", "profile"}:
+            errors.append("%s must be {at: HH:MM, profile: NAME}" % where)
+            continue
+        if not isinstance(edge["at"], str) or not _AT_RE.match(edge["at"]):
+            errors.append("%s.at must be HH:MM (00:00..23:59), got %r" % (where, str(edge["at"])[:20]))
+        elif edge["at"] in seen:
+            errors.append("%s.at %s is given twice" % (where, edge["at"]))
+        else:
+            seen.add(edge["at"])
+        if not isinstance(edge["profile"], str) or edge["profile"] not in names:
+            errors.append("%s.profile %r is not one of profiles (%s)" % (
+                where, str(edge["profile"])[:40], ", ".join(sorted(names)) or "none"))
+    return errors
+
+
+def due_profile(schedule: Sequence[Dict[str, str]], minute_of_day: int) -> str:
+    """The profile of the latest edge at or before minute_of_day (0..1439); before the day's
+    first edge, the previous day's last one."""
+    edges = sorted((int(e["at"][:2]) * 60 + int(e["at"][3:]), e["profile"]) for e in schedule)
+    due = edges[-1][1]
+    for minute, profile in edges:
+        if minute <= minute_of_day:
+            due = profile
+    return due
+
+
 def validate_config(cfg: Dict[str, object]) -> List[str]:
     """Every value the daemon could not run with, each naming its key (empty = fine)."""
     errors = []
@@ -347,6 +391,7 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
             if float(wsec) < 4:
                 errors.append("watchdog_sec must be >= 4 (the main loop notifies once a second)")
     errors.extend(profiles_problems(cfg.get("profiles")))
+    errors.extend(schedule_problems(cfg.get("profile_schedule"), cfg.get("profiles")))
     if cfg.get("pre_recycle_command") is not None and (
             not isinstance(cfg["pre_recycle_command"], list)
             or not all(isinstance(a, str) for a in cfg["pre_recycle_command"])):
@@ -2686,7 +2731,9 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     c.add_argument("--config", required=True)
     p = sub.add_parser("switch-profile", help="switch the deployment to one of its profiles through GPUStack")
     p.add_argument("--config", required=True)
-    p.add_argument("--profile", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", help="this profile")
+    which.add_argument("--due", action="store_true", help="the profile profile_schedule gives for now (local time)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         cfg = load_config(args.config)
@@ -2706,6 +2753,12 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
             sys.stderr.write("kvpin_watchdog: %s: %s\n" % (args.config, error))
         return 2 if errors else 0
     if args.command == "switch-profile":
+        if args.due:
+            if not cfg.get("profile_schedule"):
+                sys.stderr.write("kvpin_watchdog: %s: --due needs profile_schedule\n" % args.config)
+                return 2
+            now = time.localtime()
+            return switch_profile(cfg, due_profile(cfg["profile_schedule"], now.tm_hour * 60 + now.tm_min))
         return switch_profile(cfg, args.profile)
     daemon = Daemon(cfg)
     if args.once:

@@ -258,3 +258,52 @@ def test_the_daemon_neither_recycles_nor_alerts_during_a_switch(wd, tmp_path, fa
 
 def test_server_owned_fields_agree_with_the_module_utils(wd):
     assert wd.SERVER_OWNED_MODEL_FIELDS == gpustack_records.SERVER_OWNED_MODEL_FIELDS
+
+
+SCHEDULE = [{"at": "07:00", "profile": "day"}, {"at": "00:00", "profile": "night"}]
+
+
+@pytest.mark.parametrize("minute,profile", [
+    (0, "night"), (6 * 60 + 59, "night"), (7 * 60, "day"), (23 * 60 + 59, "day"),
+])
+def test_the_due_profile_is_the_latest_edge_at_or_before_now(wd, minute, profile):
+    assert wd.due_profile(SCHEDULE, minute) == profile
+    # Before the first edge of the day: the previous day's last edge.
+    assert wd.due_profile([{"at": "07:00", "profile": "day"}, {"at": "23:00", "profile": "night"}], 60) == "night"
+
+
+@pytest.mark.parametrize("schedule,message", [
+    ([], "profile_schedule must be a list of 1..48"),
+    ({"at": "07:00"}, "profile_schedule must be a list"),
+    ([{"at": "7:00", "profile": "day"}], "profile_schedule[0].at must be HH:MM"),
+    ([{"at": "24:00", "profile": "day"}], "profile_schedule[0].at must be HH:MM"),
+    ([{"at": 700, "profile": "day"}], "profile_schedule[0].at must be HH:MM"),
+    ([{"at": "07:00", "profile": "day"}, {"at": "07:00", "profile": "night"}], "profile_schedule[1].at 07:00 is given twice"),
+    ([{"at": "07:00", "profile": "weekend"}], "profile_schedule[0].profile 'weekend' is not one of profiles (day, night)"),
+    ([{"at": "07:00", "profile": ["day"]}], "profile_schedule[0].profile"),
+    ([{"at": "07:00"}], "profile_schedule[0] must be {at: HH:MM, profile: NAME}"),
+])
+def test_a_bad_schedule_is_refused_by_check_config(wd, tmp_path, fake, schedule, message):
+    errors = wd.validate_config(_cfg(wd, tmp_path, fake, profile_schedule=schedule))
+    assert any(message in e for e in errors), errors
+
+
+def test_due_switches_to_the_profile_of_the_current_window(wd, tmp_path, fake):
+    """What the timer runs: the CLI with --due, at every edge and once at boot after a missed one."""
+    import time  # pylint: disable=import-outside-toplevel
+    now = time.localtime()
+    minute = now.tm_hour * 60 + now.tm_min
+    # Edges chosen around the current minute (local time, as systemd's OnCalendar): 'night' is due
+    # now and for the next 12 hours, so a minute turning during the test changes nothing.
+    night_at = "%02d:%02d" % divmod(minute, 60)
+    day_at = "%02d:%02d" % divmod((minute + 720) % 1440, 60)
+    cfg = _cfg(wd, tmp_path, fake, profile_schedule=[{"at": day_at, "profile": "day"}, {"at": night_at, "profile": "night"}])
+    config = tmp_path / "switch.json"
+    config.write_text("# ansible managed\n" + json.dumps({k: v for k, v in cfg.items() if v is not None}))
+    argv = [sys.executable, PROGRAM, "switch-profile", "--config", str(config), "--due"]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    assert fake.models[0]["backend_parameters"] == NIGHT
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert second.returncode == 0 and "already runs profile night: nothing to do" in second.stdout
+    assert fake.token not in first.stdout + first.stderr + second.stdout + second.stderr
