@@ -2246,7 +2246,7 @@ class ProfileSwitch:
         cfg = self.cfg
         name = str(cfg.get("gpustack_deployment"))
         actuator = DeploymentActuator(cfg, self.api, self.log, lambda: scrape_running_requests(cfg, self._url(inst)))
-        drained = actuator._drain() if inst is not None else "no instance on this worker: nothing to drain"
+        drained = actuator._drain() if inst is not None else "no instance on this worker: nothing to drain"  # pylint: disable=protected-access
         self.log("drain", detail=drained)
         try:
             record = self.api.get_model(model_id, self._deadline())
@@ -2277,7 +2277,10 @@ class ProfileSwitch:
                           "running" % (name, profile, detail, previous)
             return 1, "switch of %s to profile %s: %s, but GPUStack reads back %s, neither profile: check the " \
                       "deployment" % (name, profile, detail, json.dumps(got)[:300])
-        restart = self._restart(actuator, inst) if inst is not None else "no instance on this worker"
+        restarted, restart = self._restart(actuator, inst) if inst is not None else (True, "no instance on this worker")
+        if not restarted:
+            return 1, "%s switched from profile %s to %s in GPUStack (%s; drain: %s), but its instance on this worker " \
+                      "is not running the new profile: %s" % (name, previous, profile, detail, drained, restart)
         return 0, "%s switched from profile %s to %s (%s; drain: %s; restart: %s)" % (
             name, previous, profile, detail, drained, restart)
 
@@ -2286,7 +2289,7 @@ class ProfileSwitch:
         sensor.instance = inst
         return sensor.metrics_url()
 
-    def _restart(self, actuator: DeploymentActuator, old: Instance) -> str:
+    def _restart(self, actuator: DeploymentActuator, old: Instance) -> Tuple[bool, str]:
         """GPUStack restarts the instance on an update, or (a version that does not) the
         instance is deleted so the controller recreates it from the updated record."""
         end = time.monotonic() + float(self.cfg["profile_settle_seconds"])
@@ -2303,14 +2306,15 @@ class ProfileSwitch:
                 try:
                     ok, detail = self.api.delete_instance(old.id, self._deadline())
                 except HTTPFailure as exc:
-                    return "GPUStack did not restart instance %d and its delete failed (%s): it runs the old " \
-                           "parameters until it restarts" % (old.id, exc)
+                    return False, "GPUStack did not restart instance %d and its delete failed (%s): it runs the " \
+                                  "old parameters until it restarts" % (old.id, exc)
                 if not ok:
-                    return "GPUStack did not restart instance %d and %s: it runs the old parameters until it " \
-                           "restarts" % (old.id, detail)
+                    return False, "GPUStack did not restart instance %d and %s: it runs the old parameters until " \
+                                  "it restarts" % (old.id, detail)
                 break
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
-        return actuator._wait_for_replacement(old)
+        waited = actuator._wait_for_replacement(old)  # pylint: disable=protected-access
+        return waited.endswith(" running"), waited
 
 
 # ---------------------------------------------------------------------------

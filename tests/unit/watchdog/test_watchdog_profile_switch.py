@@ -105,6 +105,14 @@ def test_an_instance_gpustack_restarts_itself_is_not_deleted_again(wd, tmp_path,
     assert not _deletes(fake) and "instance 55 running" in detail
 
 
+def test_a_replacement_that_never_runs_is_a_failure_that_says_so(wd, tmp_path, fake):
+    fake.on_delete = lambda gone: dict(gone, id=101, name="llama-101", pid=1001, state="error")
+    status, detail, _log = _switch(wd, _cfg(wd, tmp_path, fake, restart_wait_seconds=2), "night")
+    assert status == 1
+    assert "switched from profile day to night in GPUStack" in detail
+    assert "is not running the new profile: no running replacement within 2 s" in detail
+
+
 def test_a_second_trigger_is_a_no_op(wd, tmp_path, fake):
     cfg = _cfg(wd, tmp_path, fake)
     assert _switch(wd, cfg, "night")[0] == 0
