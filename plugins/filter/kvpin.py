@@ -145,10 +145,10 @@ def kvpin_systemd_env_names(environment, what='environment'):
 
 
 def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
-                           worker_runtime='container'):
+                           worker_runtime='container', plans=None):
     """One serving_watchdog target per deployment (module_utils/watchdog_targets.py)."""
     try:
-        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime)
+        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime, plans)
     except WatchdogTargetError as exc:
         raise AnsibleFilterError('kvpin_watchdog_targets: %s' % exc)
 

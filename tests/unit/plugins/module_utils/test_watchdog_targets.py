@@ -40,6 +40,35 @@ def test_one_target_per_deployment_with_the_contract_keys():
     assert got[1]['gpustack_deployment'] == 'qwen-prod' and got[1]['gpu_indexes'] == []
 
 
+# The keys of a serving_plan result with strategy scheduled that the watchdog needs
+# (docs/traffic-classes.md): plan.profiles[].name/args and plan.schedule.
+SCHEDULED_PLAN = {'strategy': 'scheduled', 'args': ['--max-num-seqs=64'],
+                  'profiles': [{'name': 'chat', 'args': ['--max-num-seqs=64'], 'settings': {}},
+                               {'name': 'batch', 'args': ['--max-num-seqs=4', '--max-model-len=32768'], 'settings': {}}],
+                  'schedule': [{'at': '00:00', 'profile': 'batch'}, {'at': '07:00', 'profile': 'chat'}]}
+
+
+def test_a_scheduled_plan_gives_its_target_the_profiles_and_the_schedule():
+    plans = [{'deployment': {'name': 'llama-3.1-8b'}, 'plan': SCHEDULED_PLAN},
+             {'deployment': {'name': 'qwen'}, 'plan': {'strategy': 'single', 'args': ['-c', '4096']}}]
+    llama, qwen = DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', plans)
+    assert llama['profiles'] == {'chat': ['--max-num-seqs=64'], 'batch': ['--max-num-seqs=4', '--max-model-len=32768']}
+    assert llama['profile_schedule'] == [{'at': '00:00', 'profile': 'batch'}, {'at': '07:00', 'profile': 'chat'}]
+    assert 'profiles' not in qwen and 'profile_schedule' not in qwen
+    # Without plans (or with an infeasible one: no plan key) nothing changes.
+    assert DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native') == \
+        DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}}])
+
+
+@pytest.mark.parametrize('plan,message', [
+    (dict(SCHEDULED_PLAN, profiles=[{'name': 'chat'}]), r'plan.profiles\[0\] needs a name and an args list'),
+    (dict(SCHEDULED_PLAN, schedule=[{'at': '07:00', 'profile': 'weekend'}]), r'plan.schedule\[0\] needs'),
+])
+def test_a_malformed_scheduled_plan_is_refused_naming_the_field(plan, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}, 'plan': plan}])
+
+
 def test_container_workers_get_container_engines():
     assert {t['engine_runtime'] for t in DERIVE(DEPLOYMENTS, 'http://gs', None, 'auto', 'n', 'container')} == \
         {'container'}
