@@ -34,6 +34,26 @@ def scheduled_profiles(plan):
     return profiles, schedule
 
 
+def due_args(plan, at):
+    """The backend_parameters a deployment should run at ``at`` ("HH:MM", local time): for a
+    ``scheduled`` plan the args of the profile of the latest schedule edge at or before ``at``
+    (before the day's first edge, the previous day's last), as the watchdog's profile switch
+    (``switch-profile --due``) puts in place; for any other plan its ``args``. So deploying
+    during a window deploys that window's profile, and a rerun agrees with the last switch."""
+    scheduled = scheduled_profiles(plan)
+    if not scheduled:
+        return plan.get('args') if isinstance(plan, dict) else None
+    if not isinstance(at, str) or len(at) != 5 or at[2] != ':' or not (at[:2] + at[3:]).isdigit():
+        raise WatchdogTargetError('the time must be HH:MM, got %r' % (at,))
+    profiles, schedule = scheduled
+    edges = sorted(schedule, key=lambda edge: edge['at'])
+    due = edges[-1]['profile']
+    for edge in edges:
+        if edge['at'] <= at:
+            due = edge['profile']
+    return profiles[due]
+
+
 def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
                      worker_runtime='container', plans=None):
     """[{name, gpustack_deployment, gpustack_server, gpustack_api_key, gpustack_api_version,
