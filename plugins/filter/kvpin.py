@@ -37,6 +37,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import (
     WatchdogTargetError,
+    due_args,
     watchdog_targets,
 )
 
@@ -144,11 +145,19 @@ def kvpin_systemd_env_names(environment, what='environment'):
         raise AnsibleFilterError('kvpin_systemd_env_names: %s' % exc)
 
 
+def kvpin_due_args(plan, at):
+    """The backend_parameters due at ``at`` (HH:MM) for a plan (module_utils/watchdog_targets.py)."""
+    try:
+        return due_args(plan, at)
+    except WatchdogTargetError as exc:
+        raise AnsibleFilterError('kvpin_due_args: %s' % exc)
+
+
 def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
-                           worker_runtime='container'):
+                           worker_runtime='container', plans=None):
     """One serving_watchdog target per deployment (module_utils/watchdog_targets.py)."""
     try:
-        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime)
+        return watchdog_targets(deployments, server_url, api_key, api_version, worker_name, worker_runtime, plans)
     except WatchdogTargetError as exc:
         raise AnsibleFilterError('kvpin_watchdog_targets: %s' % exc)
 
@@ -159,6 +168,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'kvpin_compile_cache': kvpin_compile_cache,
+            'kvpin_due_args': kvpin_due_args,
             'kvpin_file_checks': kvpin_file_checks,
             'kvpin_gpu_ledger': kvpin_gpu_ledger,
             'kvpin_gpu_summary': kvpin_gpu_summary,

@@ -14,8 +14,48 @@ class WatchdogTargetError(ValueError):
     """A deployment or setting that cannot become a watchdog target (message names it)."""
 
 
+def scheduled_profiles(plan):
+    """(profiles, profile_schedule) of a plan whose strategy is ``scheduled`` (serving_plan's
+    plan.profiles[].name/args and plan.schedule, docs/traffic-classes.md), else None: what the
+    watchdog's profile switch puts in place at each window edge."""
+    if not isinstance(plan, dict) or plan.get('strategy') != 'scheduled' or not plan.get('schedule'):
+        return None
+    profiles = {}
+    for index, profile in enumerate(plan.get('profiles') or []):
+        if not isinstance(profile, dict) or not isinstance(profile.get('name'), str) \
+                or not isinstance(profile.get('args'), list):
+            raise WatchdogTargetError('plan.profiles[%d] needs a name and an args list' % index)
+        profiles[profile['name']] = [str(arg) for arg in profile['args']]
+    schedule = []
+    for index, edge in enumerate(plan['schedule']):
+        if not isinstance(edge, dict) or edge.get('profile') not in profiles or not isinstance(edge.get('at'), str):
+            raise WatchdogTargetError('plan.schedule[%d] needs an at (HH:MM) and a profile of plan.profiles' % index)
+        schedule.append({'at': edge['at'], 'profile': edge['profile']})
+    return profiles, schedule
+
+
+def due_args(plan, at):
+    """The backend_parameters a deployment should run at ``at`` ("HH:MM", local time): for a
+    ``scheduled`` plan the args of the profile of the latest schedule edge at or before ``at``
+    (before the day's first edge, the previous day's last), as the watchdog's profile switch
+    (``switch-profile --due``) puts in place; for any other plan its ``args``. So deploying
+    during a window deploys that window's profile, and a rerun agrees with the last switch."""
+    scheduled = scheduled_profiles(plan)
+    if not scheduled:
+        return plan.get('args') if isinstance(plan, dict) else None
+    if not isinstance(at, str) or len(at) != 5 or at[2] != ':' or not (at[:2] + at[3:]).isdigit():
+        raise WatchdogTargetError('the time must be HH:MM, got %r' % (at,))
+    profiles, schedule = scheduled
+    edges = sorted(schedule, key=lambda edge: edge['at'])
+    due = edges[-1]['profile']
+    for edge in edges:
+        if edge['at'] <= at:
+            due = edge['profile']
+    return profiles[due]
+
+
 def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
-                     worker_runtime='container'):
+                     worker_runtime='container', plans=None):
     """[{name, gpustack_deployment, gpustack_server, gpustack_api_key, gpustack_api_version,
     gpustack_worker_name, engine_runtime, gpu_indexes, metrics_path[, memory_limit_bytes,
     settings]}] for ``deployments`` (kvpin_deployments entries), or [] without a server URL:
@@ -25,7 +65,11 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
     processes of the worker unit (``native``); 2.x runs each instance in its own container.
     A deployment's optional ``watchdog`` dict may set memory_limit_bytes, metrics_path,
     gpustack_deployment (the model name in GPUStack, default the deployment name) and
-    settings (decision-engine overrides)."""
+    settings (decision-engine overrides).
+
+    ``plans`` (kvpin_plans.results: {deployment: {name}, plan}) adds, for a deployment whose plan
+    has strategy ``scheduled``, its profiles and profile_schedule (the role then installs the
+    profile switch timer)."""
     if not server_url:
         return []
     if not isinstance(deployments, (list, tuple)):
@@ -34,6 +78,10 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
         raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r'
                                   % (', '.join(API_VERSIONS), api_version))
     runtime = 'native' if worker_runtime == 'native' else 'container'
+    plan_of = {}
+    for entry in plans or []:
+        if isinstance(entry, dict) and isinstance(entry.get('deployment'), dict):
+            plan_of[entry['deployment'].get('name')] = entry.get('plan')
     if not isinstance(worker_name, str) or not worker_name:
         raise WatchdogTargetError('the GPUStack worker name must be a non-empty string, got %r' % (worker_name,))
     targets = []
@@ -62,5 +110,8 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
             target['memory_limit_bytes'] = extra['memory_limit_bytes']
         if extra.get('settings'):
             target['settings'] = extra['settings']
+        scheduled = scheduled_profiles(plan_of.get(deployment['name']))
+        if scheduled:
+            target['profiles'], target['profile_schedule'] = scheduled
         targets.append(target)
     return targets

@@ -8,6 +8,9 @@ Stdlib only (Python 3.9+). Two subcommands share one decision engine:
   daemon --config FILE          watch one target under systemd (Type=notify)
   replay --trace FILE.csv       feed a recorded trace through the same engine,
                                 print one JSON decision per sample
+  switch-profile --config FILE (--profile NAME | --due)
+                                switch the deployment to one of its traffic-class
+                                profiles (backend_parameters) through GPUStack's API
 
 Why anon+swap and not RSS: mapped weights and /dev/shm inflate RSS without any
 leak, and a leak that moved to swap hides in RSS (ollama #18106).
@@ -132,6 +135,16 @@ DEFAULTS: Dict[str, object] = {
     "tick_deadline_seconds": 30,       # all network reads of one tick together
     "max_body_bytes": 8 * MiB,         # an HTTP body larger than this is refused
     "watchdog_sec": None,              # the unit's WatchdogSec (check-config checks against it)
+    # Scheduled traffic-class profiles (serving_plan strategy 'scheduled'): profile name ->
+    # the deployment's backend_parameters in that profile. switch-profile puts one in place.
+    "profiles": None,
+    # The window edges, [{at: "HH:MM", profile: NAME}] (serving_plan's plan.schedule), local time:
+    # `switch-profile --due` puts the profile of the latest edge at or before now in place, so a
+    # timer caught up at boot (Persistent=true) after several missed edges lands on the right one.
+    "profile_schedule": None,
+    "profile_switch_grace_seconds": 1800,   # after a switch the daemon neither recycles nor alerts
+    "profile_settle_seconds": 30,      # after the update, wait this long for GPUStack to restart
+                                       # the instance itself before deleting it (recreated then)
 }
 
 
@@ -198,6 +211,8 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "tick_deadline_seconds": (0.5, 600, False),
     "max_body_bytes": (1024, 1024 * MiB, True),
     "watchdog_sec": (1, 24 * 3600, False),
+    "profile_switch_grace_seconds": (0, 24 * 3600, False),
+    "profile_settle_seconds": (0, 3600, False),
     "gpustack_model_id": (1, 2 ** 62, True),
     "gpustack_instance_id": (1, 2 ** 62, True),
 }
@@ -238,6 +253,71 @@ def _number_problem(key: str, value: object) -> Optional[str]:
     if high is not None and value > high:
         return "%s must be <= %g, got %g" % (key, high, value)
     return None
+
+
+MAX_PROFILES = 64
+MAX_PROFILE_ARGS = 256
+MAX_PROFILE_ARG_CHARS = 4096
+
+
+def profiles_problems(profiles: object) -> List[str]:
+    """What is wrong with a `profiles` setting ({name: [backend parameter, ...]}), each naming
+    the profile; None (no profiles) is fine."""
+    if profiles is None:
+        return []
+    if not isinstance(profiles, dict) or not profiles or len(profiles) > MAX_PROFILES:
+        return ["profiles must be a mapping of 1..%d profile names to backend_parameters lists" % MAX_PROFILES]
+    errors = []
+    for name, args in profiles.items():
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            errors.append("profiles: name %r must match [A-Za-z0-9_.-]{1,128}" % (str(name)[:40],))
+        elif not isinstance(args, list) or len(args) > MAX_PROFILE_ARGS:
+            errors.append("profiles.%s must be a list of at most %d backend parameters" % (name, MAX_PROFILE_ARGS))
+        elif not all(isinstance(a, str) and 0 < len(a) <= MAX_PROFILE_ARG_CHARS and not any(ord(c) < 32 for c in a)
+                     for a in args):
+            errors.append("profiles.%s: every backend parameter must be a non-empty single-line string of at most "
+                          "%d characters" % (name, MAX_PROFILE_ARG_CHARS))
+    return errors
+
+
+MAX_SCHEDULE_EDGES = 48
+_AT_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+
+
+def schedule_problems(schedule: object, profiles: object) -> List[str]:
+    """What is wrong with a `profile_schedule`, each naming the edge; None is fine."""
+    if schedule is None:
+        return []
+    if not isinstance(schedule, list) or not 0 < len(schedule) <= MAX_SCHEDULE_EDGES:
+        return ["profile_schedule must be a list of 1..%d edges {at: HH:MM, profile: NAME}" % MAX_SCHEDULE_EDGES]
+    errors, seen = [], set()
+    names = set(profiles) if isinstance(profiles, dict) else set()
+    for index, edge in enumerate(schedule):
+        where = "profile_schedule[%d]" % index
+        if not isinstance(edge, dict) or set(edge) != {"at", "profile"}:
+            errors.append("%s must be {at: HH:MM, profile: NAME}" % where)
+            continue
+        if not isinstance(edge["at"], str) or not _AT_RE.match(edge["at"]):
+            errors.append("%s.at must be HH:MM (00:00..23:59), got %r" % (where, str(edge["at"])[:20]))
+        elif edge["at"] in seen:
+            errors.append("%s.at %s is given twice" % (where, edge["at"]))
+        else:
+            seen.add(edge["at"])
+        if not isinstance(edge["profile"], str) or edge["profile"] not in names:
+            errors.append("%s.profile %r is not one of profiles (%s)" % (
+                where, str(edge["profile"])[:40], ", ".join(sorted(names)) or "none"))
+    return errors
+
+
+def due_profile(schedule: Sequence[Dict[str, str]], minute_of_day: int) -> str:
+    """The profile of the latest edge at or before minute_of_day (0..1439); before the day's
+    first edge, the previous day's last one."""
+    edges = sorted((int(e["at"][:2]) * 60 + int(e["at"][3:]), e["profile"]) for e in schedule)
+    due = edges[-1][1]
+    for minute, profile in edges:
+        if minute <= minute_of_day:
+            due = profile
+    return due
 
 
 def validate_config(cfg: Dict[str, object]) -> List[str]:
@@ -310,6 +390,8 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
                     float(cfg["interval_seconds"]), float(wsec)))
             if float(wsec) < 4:
                 errors.append("watchdog_sec must be >= 4 (the main loop notifies once a second)")
+    errors.extend(profiles_problems(cfg.get("profiles")))
+    errors.extend(schedule_problems(cfg.get("profile_schedule"), cfg.get("profiles")))
     if cfg.get("pre_recycle_command") is not None and (
             not isinstance(cfg["pre_recycle_command"], list)
             or not all(isinstance(a, str) for a in cfg["pre_recycle_command"])):
@@ -1518,6 +1600,14 @@ def read_api_key(path: Optional[object]) -> Optional[str]:
 #          get_workload(model_instance.name)).
 # ---------------------------------------------------------------------------
 INSTANCE_STATES_RUNNING = ("running",)
+# Server-owned status on a model read back from the API, left out of a full-record PUT (GPUStack
+# 2.3.0 schemas/models.py: not part of ModelUpdate). The same tuple as
+# plugins/module_utils/gpustack_records.py SERVER_OWNED_MODEL_FIELDS (this program ships alone;
+# tests/unit/watchdog/test_watchdog_profile_switch.py checks that the two agree).
+SERVER_OWNED_MODEL_FIELDS = (
+    "id", "created_at", "updated_at", "deleted_at", "state", "state_message", "role_status",
+    "stale", "degradations", "restarting_since", "has_stale_lora_instances", "ready_replicas",
+)
 
 
 @dataclass
@@ -1579,9 +1669,11 @@ class GPUStackAPI:
             headers["Authorization"] = "Bearer " + key
         return headers
 
-    def call(self, method: str, path: str, deadline: float) -> Tuple[int, object]:
+    def call(self, method: str, path: str, deadline: float, payload: Optional[bytes] = None) -> Tuple[int, object]:
         url = self.server + path
-        status, body, headers = http_request(url, method, b"{}" if method in ("POST", "PUT") else None,
+        if payload is None and method in ("POST", "PUT"):
+            payload = b"{}"
+        status, body, headers = http_request(url, method, payload,
                                              self._headers(), deadline,
                                              float(self.cfg["http_timeout_seconds"]),
                                              int(self.cfg["max_body_bytes"]))
@@ -1647,6 +1739,24 @@ class GPUStackAPI:
                 continue
             raise HTTPFailure("GET %s answered %d" % (path, status))
         return []
+
+    def get_model(self, model_id: int, deadline: float) -> Dict[str, object]:
+        path = "%s/models/%d" % (self.prefix(deadline), model_id)
+        status, data = self.call("GET", path, deadline)
+        if status != 200 or not isinstance(data, dict) or data.get("id") != model_id:
+            raise HTTPFailure("GET %s answered %d%s" % (path, status, "" if status != 200 else " without the model"))
+        return data
+
+    def put_model(self, model_id: int, record: Dict[str, object], deadline: float) -> Tuple[bool, str]:
+        """PUT replaces the whole record (GPUStack's ModelUpdate), so the body is the record read
+        back, less the server-owned status fields, with the changed fields."""
+        path = "%s/models/%d" % (self.prefix(deadline), model_id)
+        body = {k: v for k, v in record.items() if k not in SERVER_OWNED_MODEL_FIELDS}
+        status, data = self.call("PUT", path, deadline, json.dumps(body).encode("utf-8"))
+        detail = "PUT %s -> %d" % (path, status)
+        if not 200 <= status < 300 and isinstance(data, dict) and isinstance(data.get("message"), str):
+            detail += ": " + data["message"][:300]
+        return 200 <= status < 300, detail
 
     def delete_instance(self, instance_id: int, deadline: float) -> Tuple[bool, str]:
         path = "%s/model-instances/%d" % (self.prefix(deadline), instance_id)
@@ -1978,6 +2088,236 @@ class DeploymentActuator:
 
 
 # ---------------------------------------------------------------------------
+# Profile switch (serving_plan strategy 'scheduled'): at every window edge a systemd timer runs
+# `switch-profile --profile NAME`, which puts that profile's backend_parameters on the deployment
+# through GPUStack's API. Order: read the model (no change: exit 0), take the GPU locks, drain
+# the engine (bounded), re-read, write the marker, PUT the record, read it back, and make sure
+# the instance restarts (GPUStack restarts it, or it is deleted and the controller recreates it
+# with the new parameters, the route the recycle uses). Any failure before the PUT is answered
+# leaves the deployment as it was, and says so.
+# ---------------------------------------------------------------------------
+PROFILE_MARKER_MAX_BYTES = 4096
+
+
+def profile_marker_path(cfg: Dict[str, object]) -> str:
+    """The one place the marker's path is made: the switch writes it, the daemon of the same
+    target reads it (the lock directory: the watchdog user may write there; a tmpfs, so a reboot
+    forgets it, and the switch caught up at boot writes a new one)."""
+    directory = str(cfg.get("lock_dir") or os.path.dirname(str(cfg["lock_file"])))
+    return os.path.join(directory, "profile-switch-%s.json" % cfg["name"])
+
+
+def write_profile_marker(cfg: Dict[str, object], record: Dict[str, object]) -> str:
+    path = profile_marker_path(cfg)
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".profile-switch-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def remove_profile_marker(cfg: Dict[str, object]) -> None:
+    try:
+        os.unlink(profile_marker_path(cfg))
+    except FileNotFoundError:
+        pass
+
+
+def read_profile_marker(cfg: Dict[str, object], now: float) -> Optional[Dict[str, object]]:
+    """The marker of a switch less than profile_switch_grace_seconds ago (wall clock), else None.
+    A marker that is not small JSON with a finite time and a profile name, or that is dated more
+    than a minute ahead, is ignored: a bad file cannot keep the watchdog quiet for ever."""
+    text = _read_small(profile_marker_path(cfg), PROFILE_MARKER_MAX_BYTES + 1)
+    if text is None or len(text) > PROFILE_MARKER_MAX_BYTES:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    when, profile = data.get("time"), data.get("profile")
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        return None
+    if not isinstance(profile, str) or not NAME_RE.match(profile):
+        return None
+    age = now - float(when)
+    if age < -60 or age >= float(cfg["profile_switch_grace_seconds"]):
+        return None
+    return {"time": float(when), "profile": profile, "age_seconds": max(0.0, age)}
+
+
+def scrape_running_requests(cfg: Dict[str, object], url: Optional[str]) -> Optional[float]:
+    """Requests in flight on the engine (vLLM vllm:num_requests_running, llama-box's gauge), or
+    None when the engine cannot tell."""
+    if not url:
+        return None
+    try:
+        _status, body, _h = http_request(url, timeout=float(cfg["http_timeout_seconds"]),
+                                         max_bytes=int(cfg["max_body_bytes"]))
+    except HTTPFailure:
+        return None
+    samples = parse_exposition(body.decode("utf-8", "replace"))
+    for name in METRIC_NAMES["requests_running"]:
+        value = sum_family(samples, name)
+        if value is not None:
+            return value
+    return None
+
+
+class ProfileSwitch:
+    """One switch of a deployment to one profile; run() -> (exit status, message). The message
+    never holds the API key (no header or key file content is ever put in one)."""
+
+    def __init__(self, cfg: Dict[str, object], log, clock=time.time):
+        self.cfg = cfg
+        self.log = log
+        self.clock = clock
+        self.api = GPUStackAPI(cfg)
+
+    def _deadline(self) -> float:
+        return time.monotonic() + 2 * float(self.cfg["http_timeout_seconds"])
+
+    def profile_of(self, params: object) -> str:
+        for name, args in sorted((self.cfg.get("profiles") or {}).items()):
+            if params == args:
+                return name
+        return "(parameters of no profile)"
+
+    def _lock(self, locks: GPULocks) -> Optional[str]:
+        """All GPU locks, waiting (bounded by drain_timeout_seconds) for a recycle or another
+        switch on the same GPUs to finish."""
+        end = time.monotonic() + float(self.cfg["drain_timeout_seconds"])
+        while True:
+            busy = locks.acquire()
+            if busy is None or time.monotonic() >= end:
+                return busy
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+
+    def run(self, profile: str) -> Tuple[int, str]:
+        cfg = self.cfg
+        profiles = cfg.get("profiles") or {}
+        name = str(cfg.get("gpustack_deployment"))
+        if profile not in profiles:
+            return 2, "profile %r is not one of the profiles of %s (%s)" % (
+                profile[:80], name, ", ".join(sorted(profiles)) or "none configured")
+        wanted = list(profiles[profile])
+        keeps = "; the deployment keeps its current backend parameters"
+        try:
+            model_id = self.api.find_model_id(self._deadline())
+            record = self.api.get_model(model_id, self._deadline())
+        except HTTPFailure as exc:
+            return 1, "switch of %s to profile %s failed, nothing changed: %s%s" % (name, profile, exc, keeps)
+        current = record.get("backend_parameters") or []
+        if current == wanted:
+            return 0, "%s already runs profile %s: nothing to do" % (name, profile)
+        if not isinstance(current, list):
+            return 1, "switch of %s to profile %s refused: its backend_parameters in GPUStack are not a list%s" % (
+                name, profile, keeps)
+        previous = self.profile_of(current)
+        try:
+            found = self.api.instances(self._deadline())
+        except HTTPFailure as exc:
+            return 1, "switch of %s to profile %s failed, nothing changed: %s; it keeps profile %s" % (
+                name, profile, exc, previous)
+        inst = pick_instance(found, cfg.get("gpu_indexes") or [])
+        gpus = sorted(set(inst.gpu_indexes if inst else []) | set(cfg.get("gpu_indexes") or []))
+        lock_dir = str(cfg.get("lock_dir") or os.path.dirname(str(cfg["lock_file"])))
+        locks = GPULocks(lock_dir, gpus, str(cfg["lock_file"]))
+        busy = self._lock(locks)
+        if busy:
+            return 1, "switch of %s to profile %s not done: another engine (re)start held %s for %g s; it keeps " \
+                      "profile %s" % (name, profile, busy, float(cfg["drain_timeout_seconds"]), previous)
+        try:
+            return self._switch(model_id, profile, wanted, previous, inst)
+        finally:
+            locks.release()
+
+    def _switch(self, model_id: int, profile: str, wanted: List[str], previous: str,
+                inst: Optional[Instance]) -> Tuple[int, str]:
+        cfg = self.cfg
+        name = str(cfg.get("gpustack_deployment"))
+        actuator = DeploymentActuator(cfg, self.api, self.log, lambda: scrape_running_requests(cfg, self._url(inst)))
+        drained = actuator._drain() if inst is not None else "no instance on this worker: nothing to drain"  # pylint: disable=protected-access
+        self.log("drain", detail=drained)
+        try:
+            record = self.api.get_model(model_id, self._deadline())
+        except HTTPFailure as exc:
+            return 1, "switch of %s to profile %s failed after the drain, nothing changed: %s; it keeps profile %s" % (
+                name, profile, exc, previous)
+        if (record.get("backend_parameters") or []) == wanted:
+            return 0, "%s was switched to profile %s meanwhile (another node's timer): nothing to do" % (name, profile)
+        write_profile_marker(cfg, {"time": self.clock(), "profile": profile, "previous": previous,
+                                   "deployment": name})
+        try:
+            ok, detail = self.api.put_model(model_id, dict(record, backend_parameters=wanted), self._deadline())
+        except HTTPFailure as exc:
+            ok, detail = False, str(exc)
+        try:
+            back = self.api.get_model(model_id, self._deadline())
+        except HTTPFailure as exc:
+            if ok:
+                return 1, "switch of %s to profile %s: %s accepted, but the read-back failed (%s): state unknown, " \
+                          "check the deployment" % (name, profile, detail, exc)
+            return 1, "switch of %s to profile %s failed (%s) and the read-back failed (%s): the update was most " \
+                      "likely not applied; the next trigger retries (a no-op if it was)" % (name, profile, detail, exc)
+        got = back.get("backend_parameters") or []
+        if got != wanted:
+            if got == (record.get("backend_parameters") or []):
+                remove_profile_marker(cfg)
+                return 1, "switch of %s to profile %s failed: %s; GPUStack still holds profile %s, which keeps " \
+                          "running" % (name, profile, detail, previous)
+            return 1, "switch of %s to profile %s: %s, but GPUStack reads back %s, neither profile: check the " \
+                      "deployment" % (name, profile, detail, json.dumps(got)[:300])
+        restarted, restart = self._restart(actuator, inst) if inst is not None else (True, "no instance on this worker")
+        if not restarted:
+            return 1, "%s switched from profile %s to %s in GPUStack (%s; drain: %s), but its instance on this worker " \
+                      "is not running the new profile: %s" % (name, previous, profile, detail, drained, restart)
+        return 0, "%s switched from profile %s to %s (%s; drain: %s; restart: %s)" % (
+            name, previous, profile, detail, drained, restart)
+
+    def _url(self, inst: Optional[Instance]) -> Optional[str]:
+        sensor = DeploymentSensor(self.cfg, self.api)
+        sensor.instance = inst
+        return sensor.metrics_url()
+
+    def _restart(self, actuator: DeploymentActuator, old: Instance) -> Tuple[bool, str]:
+        """GPUStack restarts the instance on an update, or (a version that does not) the
+        instance is deleted so the controller recreates it from the updated record."""
+        end = time.monotonic() + float(self.cfg["profile_settle_seconds"])
+        while True:
+            try:
+                now = {i.id: i for i in self.api.instances(self._deadline())}
+            except HTTPFailure:
+                now = None
+            if now is not None:
+                same = now.get(old.id)
+                if same is None or same.identity() != old.identity() or same.state not in INSTANCE_STATES_RUNNING:
+                    break
+            if time.monotonic() >= end:
+                try:
+                    ok, detail = self.api.delete_instance(old.id, self._deadline())
+                except HTTPFailure as exc:
+                    return False, "GPUStack did not restart instance %d and its delete failed (%s): it runs the " \
+                                  "old parameters until it restarts" % (old.id, exc)
+                if not ok:
+                    return False, "GPUStack did not restart instance %d and %s: it runs the old parameters until " \
+                                  "it restarts" % (old.id, detail)
+                break
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        waited = actuator._wait_for_replacement(old)  # pylint: disable=protected-access
+        return waited.endswith(" running"), waited
+
+
+# ---------------------------------------------------------------------------
 # Daemon: outputs.
 # ---------------------------------------------------------------------------
 def sd_notify(message: str, env: Optional[Dict[str, str]] = None) -> bool:
@@ -2205,6 +2545,7 @@ class Daemon:
         self.stopping = False
         self.tick_deadline: Optional[float] = None   # monotonic; None = no tick in progress
         self.limit_source: Optional[str] = None
+        self.after_switch = False     # a profile switch's grace period ended: the trend restarts
 
     def log(self, event: str, **fields: object) -> None:
         record = {"ts": round(self.clock(), 3), "target": self.cfg["name"], "event": event}
@@ -2213,20 +2554,7 @@ class Daemon:
         self.out.flush()
 
     def _running_requests(self) -> Optional[float]:
-        url = self.deployment.metrics_url() if self.deployment else None
-        if not url:
-            return None
-        try:
-            _status, body, _h = http_request(url, timeout=float(self.cfg["http_timeout_seconds"]),
-                                             max_bytes=int(self.cfg["max_body_bytes"]))
-        except HTTPFailure:
-            return None
-        samples = parse_exposition(body.decode("utf-8", "replace"))
-        for name in METRIC_NAMES["requests_running"]:
-            value = sum_family(samples, name)
-            if value is not None:
-                return value
-        return None
+        return scrape_running_requests(self.cfg, self.deployment.metrics_url() if self.deployment else None)
 
     def _sample_deployment(self, now: float, deadline: float) -> Tuple[Dict[str, object], Dict[str, object]]:
         mem = self.deployment.sample(deadline)
@@ -2252,6 +2580,23 @@ class Daemon:
             lat = self.latency.sample(now, deadline=deadline)
         if mem.get("limit"):
             self.engine.cfg["memory_limit_bytes"] = int(mem["limit"])
+        switch = read_profile_marker(self.cfg, self.clock())
+        if switch is not None:
+            # A profile switch restarts the engine on purpose: its memory and latency are not a
+            # trend, so no recycle and no alert until the grace period ends; the engine's trend
+            # then starts anew (as after any restart).
+            self.after_switch = True
+            decision = Decision(t=now, action="none", phase="profile_switch", memory_bytes=mem["memory_bytes"],
+                                reason="profile switch to %s %.0f s ago: no recycle or alert for %g s after it" % (
+                                    switch["profile"], switch["age_seconds"],
+                                    float(self.cfg["profile_switch_grace_seconds"])))
+            self.log("decision", **json.loads(decision.to_json()))
+            self._finish(decision)
+            return decision
+        restarted = bool(mem["restarted"]) or self.after_switch
+        if self.after_switch:
+            self.latency.reset()
+            self.after_switch = False
         if mem["memory_bytes"] is None:
             decision = Decision(t=now, action="none", phase="collecting",
                                 reason=str(mem.get("status") or "no memory reading (cgroup %s)" % mem["cgroup"]))
@@ -2259,7 +2604,7 @@ class Daemon:
             self._finish(decision)
             return decision
         decision = self.engine.feed(now, mem["memory_bytes"], ttft_p95=lat["ttft_p95"],
-                                    preemptions=lat["preemptions"], restarted=bool(mem["restarted"]),
+                                    preemptions=lat["preemptions"], restarted=restarted,
                                     corroboration=lat["corroboration"])
         record = json.loads(decision.to_json())
         record["memory_source"] = mem["source"]
@@ -2351,6 +2696,28 @@ class Daemon:
         self.stopping = True
 
 
+def switch_profile(cfg: Dict[str, object], profile: str, out=None) -> int:
+    """The switch-profile subcommand: JSON lines on stdout, the outcome on stderr too when it
+    failed (the unit's journal shows it); exit 0 switched or nothing to do, 1 failed (the
+    deployment keeps its profile unless the message says otherwise), 2 bad config or profile."""
+    out = out or sys.stdout
+
+    def log(event: str, **fields: object) -> None:
+        record = {"ts": round(time.time(), 3), "target": cfg["name"], "event": event}
+        record.update(fields)
+        out.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
+        out.flush()
+
+    if not cfg.get("gpustack_deployment") or not cfg.get("profiles"):
+        sys.stderr.write("kvpin_watchdog: switch-profile needs gpustack_deployment and profiles in the config\n")
+        return 2
+    status, message = ProfileSwitch(cfg, log).run(profile)
+    log("profile_switch", ok=status == 0, profile=profile, detail=message)
+    if status:
+        sys.stderr.write("kvpin_watchdog: %s\n" % message)
+    return status
+
+
 # ---------------------------------------------------------------------------
 # CLI.
 # ---------------------------------------------------------------------------
@@ -2366,6 +2733,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     r.add_argument("--actions-only", action="store_true", help="print only alert/recycle lines")
     c = sub.add_parser("check-config", help="validate a daemon config file and exit")
     c.add_argument("--config", required=True)
+    p = sub.add_parser("switch-profile", help="switch the deployment to one of its profiles through GPUStack")
+    p.add_argument("--config", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", help="this profile")
+    which.add_argument("--due", action="store_true", help="the profile profile_schedule gives for now (local time)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         cfg = load_config(args.config)
@@ -2384,6 +2756,14 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         for error in errors:
             sys.stderr.write("kvpin_watchdog: %s: %s\n" % (args.config, error))
         return 2 if errors else 0
+    if args.command == "switch-profile":
+        if args.due:
+            if not cfg.get("profile_schedule"):
+                sys.stderr.write("kvpin_watchdog: %s: --due needs profile_schedule\n" % args.config)
+                return 2
+            now = time.localtime()
+            return switch_profile(cfg, due_profile(cfg["profile_schedule"], now.tm_hour * 60 + now.tm_min))
+        return switch_profile(cfg, args.profile)
     daemon = Daemon(cfg)
     if args.once:
         daemon.tick()

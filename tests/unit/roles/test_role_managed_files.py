@@ -53,6 +53,11 @@ ROLES = {
             # What site.yml derives for a deployment: an API key file.
             {'name': 'llama-3.1-8b', 'gpustack_deployment': 'llama-3.1-8b', 'gpustack_server': 'http://127.0.0.1:9',
              'gpustack_api_key': SECRET, 'gpustack_worker_name': 'lab-4090x2', 'engine_runtime': 'native'},
+            # Scheduled traffic classes: a profile switch service and timer.
+            {'name': 'llama-70b', 'gpustack_deployment': 'llama-70b', 'gpustack_server': 'http://127.0.0.1:9',
+             'gpustack_api_key': SECRET, 'gpustack_worker_name': 'lab-4090x2',
+             'profiles': {'chat': ['--max-num-seqs=64'], 'batch': ['--max-num-seqs=4']},
+             'profile_schedule': [{'at': '07:00', 'profile': 'chat'}, {'at': '00:00', 'profile': 'batch'}]},
         ]},
     },
 }
@@ -292,7 +297,8 @@ STALE_PLAY = """
       ansible.builtin.copy:
         content: >-
           {{{{ {{'desired': serving_watchdog_desired_state, 'stopped': _stopped, 'removed': _removed,
-                'started': _started, 'restarted': _restarted}} | to_json }}}}
+                'started': _started, 'restarted': _restarted, 'stopped_timers': _stopped_timers,
+                'started_timers': _started_timers}} | to_json }}}}
         dest: "{out}/result.json"
         mode: "0600"
 """
@@ -312,7 +318,9 @@ def test_a_removed_target_takes_every_file_and_unit_it_was_declared_with(tmp_pat
     recorders = []
     for task_name, module, arg, fact in (
             ('Stop and disable the watchdogs of removed targets', 'ansible.builtin.systemd_service', 'name', '_stopped'),
-            ('Remove the units, configs, key files, polkit rules and metrics of removed targets',
+            ('Stop and disable the profile switch timers of removed targets', 'ansible.builtin.systemd_service',
+             'name', '_stopped_timers'),
+            ('Remove the units, configs, key files, polkit rules, metrics and profile switch units of removed targets',
              'ansible.builtin.file', 'path', '_removed')):
         task = dict(tasks[task_name])
         value = task.pop(module)[arg]
@@ -321,17 +329,21 @@ def test_a_removed_target_takes_every_file_and_unit_it_was_declared_with(tmp_pat
         task['vars'] = dict(task.get('vars') or {}, _serving_watchdog_stale_names=names, _rec=value)
         task['ansible.builtin.set_fact'] = {fact: '{{ (%s | default([])) + [_rec] }}' % fact}
         recorders.append(task)
-    # The start task and the restart handler, for the current targets: the same unit names.
+    # The start tasks and the restart handler, for the current targets: the same unit names.
     with open(str(role_dir / 'tasks' / 'run.yml'), encoding='utf-8') as handle:
-        [start] = [t for t in yaml.safe_load(handle) if 'ansible.builtin.systemd_service' in t]
+        run = {t['name']: t for t in yaml.safe_load(handle)}
     with open(str(role_dir / 'handlers' / 'main.yml'), encoding='utf-8') as handle:
-        [restart] = yaml.safe_load(handle)
+        [restart] = [h for h in yaml.safe_load(handle) if h.get('listen') == 'serving_watchdog restart']
     unit_results = {'results': [{'serving_watchdog_target': {'name': name}, 'changed': True} for name in names]}
-    for task, fact in ((start, '_started'), (restart, '_restarted')):
+    scheduled = [t['name'] for t in ROLES['serving_watchdog']['vars']['serving_watchdog_targets'] if t.get('profile_schedule')]
+    timer_results = {'results': [{'serving_watchdog_target': {'name': name}, 'changed': True} for name in scheduled]}
+    for task, fact in ((run['Enable and start the watchdogs'], '_started'), (restart, '_restarted'),
+                       (run['Enable and start the profile switch timers'], '_started_timers')):
         task = dict(task)
         value = task.pop('ansible.builtin.systemd_service')['name']
         task.pop('listen', None)
-        task['vars'] = dict(task.get('vars') or {}, _serving_watchdog_units=unit_results, _rec=value)
+        task['vars'] = dict(task.get('vars') or {}, _serving_watchdog_units=unit_results,
+                            _serving_watchdog_timers=timer_results, _rec=value)
         task['ansible.builtin.set_fact'] = {fact: '{{ (%s | default([])) + [_rec] }}' % fact}
         recorders.append(task)
     (role_dir / 'tasks' / 'record_stale.yml').write_text(yaml.safe_dump(recorders, sort_keys=False))
@@ -346,14 +358,24 @@ def test_a_removed_target_takes_every_file_and_unit_it_was_declared_with(tmp_pat
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / 'result.json').read_text())
     desired = result['desired']
-    units = sorted(unit['name'] for unit in desired['units'])
-    assert units == ['kvpin-watchdog-gpustack.service', 'kvpin-watchdog-llama-3.1-8b.service']
+    units = sorted(unit['name'] for unit in desired['units'] if unit['name'].endswith('.service'))
+    timers = sorted(unit['name'] for unit in desired['units'] if unit['name'].endswith('.timer'))
+    assert units == ['kvpin-watchdog-gpustack.service', 'kvpin-watchdog-llama-3.1-8b.service',
+                     'kvpin-watchdog-llama-70b.service']
+    assert timers == ['kvpin-profile-switch-llama-70b.timer']
     assert sorted(result['stopped']) == sorted(result['started']) == sorted(result['restarted']) == units
+    assert result['started_timers'] == timers
+    # A removed target's timer is stopped whether it had one or not (failed_when false: no such unit).
+    assert sorted(result['stopped_timers']) == ['kvpin-profile-switch-%s.timer' % name for name in sorted(names)]
     node_level = ('/usr/local/lib/kvpin', '/usr/local/lib/kvpin/kvpin_watchdog.py', '/var/lib/prometheus/node-exporter',
                   '/etc/tmpfiles.d/kvpin-watchdog.conf', '/run/kvpin-watchdog', '/etc/kvpin-watchdog')
     per_target = {spec['path'] for spec in desired['files'] if spec['path'] not in node_level}
-    assert len(per_target) == 6      # two configs, two units, one polkit rule, one key file
+    # three configs, three units, one polkit rule, two key files, one switch service and its timer
+    assert len(per_target) == 11
     removed = set(result['removed'])
     assert per_target <= removed, sorted(per_target - removed)
     assert removed - per_target == {'/var/lib/prometheus/node-exporter/kvpin_watchdog_%s.prom' % name for name in names} | {
-        '/etc/kvpin-watchdog/gpustack.token', '/etc/polkit-1/rules.d/60-kvpin-watchdog-llama-3.1-8b.rules'}
+        '/etc/kvpin-watchdog/gpustack.token', '/etc/polkit-1/rules.d/60-kvpin-watchdog-llama-3.1-8b.rules',
+        '/etc/polkit-1/rules.d/60-kvpin-watchdog-llama-70b.rules'} | {
+        '/etc/systemd/system/kvpin-profile-switch-%s.%s' % (name, kind)
+        for name in ('gpustack', 'llama-3.1-8b') for kind in ('service', 'timer')}

@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A loopback stand-in of the few GPUStack routes the watchdog uses (test edge only): model
 list with ?search=, model-instances with ?model_id=, DELETE of an instance (the controller's
-answer: a new instance with a new id, pid and port), and an engine /metrics per port."""
+answer: a new instance with a new id, pid and port), GET and PUT of one model (the profile
+switch; PUT replaces the record, as GPUStack's ModelUpdate does), and an engine /metrics per
+port."""
 from __future__ import annotations
 
 import http.server
@@ -22,6 +24,9 @@ class FakeGPUStack:
         self.metrics = "vllm:num_requests_running 0\n"
         self.next_id = 100
         self.on_delete = None      # callable(instance) -> replacement instance dict or None
+        self.on_put = None         # callable(model) -> None: what the server does on an update
+        self.put_status = None     # answer every PUT with this status (and change nothing)
+        self.bodies = []           # (method, path, decoded JSON body) of every PUT
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -52,6 +57,23 @@ class FakeGPUStack:
                 if route == "/model-instances" and self.command == "GET":
                     items = [i for i in fake.instances if str(i["model_id"]) == query.get("model_id")]
                     return self._reply(200, {"items": items, "pagination": {"page": 1}})
+                if route.startswith("/models/") and self.command in ("GET", "PUT"):
+                    mid = int(route.rsplit("/", 1)[1])
+                    found = [m for m in fake.models if m["id"] == mid]
+                    if not found:
+                        return self._reply(404, {"message": "model not found"})
+                    if self.command == "GET":
+                        return self._reply(200, dict(found[0], state="running", updated_at="now"))
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    fake.bodies.append((self.command, self.path, body))
+                    if fake.put_status is not None:
+                        return self._reply(fake.put_status, {"message": "refused by the stand-in"})
+                    found[0].clear()
+                    found[0].update(body, id=mid)
+                    if fake.on_put:
+                        fake.on_put(found[0])
+                    return self._reply(200, found[0])
                 if route.startswith("/model-instances/") and self.command == "DELETE":
                     iid = int(route.rsplit("/", 1)[1])
                     gone = [i for i in fake.instances if i["id"] == iid]
@@ -63,7 +85,7 @@ class FakeGPUStack:
                     return self._reply(200 if gone else 404, {})
                 return self._reply(404, {"message": "no route"})
 
-            do_GET = do_DELETE = do_POST = _route
+            do_GET = do_DELETE = do_POST = do_PUT = _route
 
             def log_message(self, *_args):
                 pass

@@ -40,6 +40,35 @@ def test_one_target_per_deployment_with_the_contract_keys():
     assert got[1]['gpustack_deployment'] == 'qwen-prod' and got[1]['gpu_indexes'] == []
 
 
+# The keys of a serving_plan result with strategy scheduled that the watchdog needs
+# (docs/traffic-classes.md): plan.profiles[].name/args and plan.schedule.
+SCHEDULED_PLAN = {'strategy': 'scheduled', 'args': ['--max-num-seqs=64'],
+                  'profiles': [{'name': 'chat', 'args': ['--max-num-seqs=64'], 'settings': {}},
+                               {'name': 'batch', 'args': ['--max-num-seqs=4', '--max-model-len=32768'], 'settings': {}}],
+                  'schedule': [{'at': '00:00', 'profile': 'batch'}, {'at': '07:00', 'profile': 'chat'}]}
+
+
+def test_a_scheduled_plan_gives_its_target_the_profiles_and_the_schedule():
+    plans = [{'deployment': {'name': 'llama-3.1-8b'}, 'plan': SCHEDULED_PLAN},
+             {'deployment': {'name': 'qwen'}, 'plan': {'strategy': 'single', 'args': ['-c', '4096']}}]
+    llama, qwen = DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', plans)
+    assert llama['profiles'] == {'chat': ['--max-num-seqs=64'], 'batch': ['--max-num-seqs=4', '--max-model-len=32768']}
+    assert llama['profile_schedule'] == [{'at': '00:00', 'profile': 'batch'}, {'at': '07:00', 'profile': 'chat'}]
+    assert 'profiles' not in qwen and 'profile_schedule' not in qwen
+    # Without plans (or with an infeasible one: no plan key) nothing changes.
+    assert DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native') == \
+        DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}}])
+
+
+@pytest.mark.parametrize('plan,message', [
+    (dict(SCHEDULED_PLAN, profiles=[{'name': 'chat'}]), r'plan.profiles\[0\] needs a name and an args list'),
+    (dict(SCHEDULED_PLAN, schedule=[{'at': '07:00', 'profile': 'weekend'}]), r'plan.schedule\[0\] needs'),
+])
+def test_a_malformed_scheduled_plan_is_refused_naming_the_field(plan, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}, 'plan': plan}])
+
+
 def test_container_workers_get_container_engines():
     assert {t['engine_runtime'] for t in DERIVE(DEPLOYMENTS, 'http://gs', None, 'auto', 'n', 'container')} == \
         {'container'}
@@ -91,3 +120,36 @@ def test_entries_not_observed_is_drift(tmp_path):
 def test_entries_input_errors(tmp_path, spec, message):
     with pytest.raises(NodeStateInputError, match=message):
         parse_checks([{'name': 'x', 'files': [dict(spec, path=str(tmp_path))]}])
+
+
+DUE = FilterModule().filters()['kvpin_due_args']
+
+
+@pytest.mark.parametrize('at,profile', [('00:00', 'batch'), ('06:59', 'batch'), ('07:00', 'chat'), ('23:59', 'chat')])
+def test_the_due_args_are_those_of_the_window_we_are_in(at, profile):
+    wanted = [p['args'] for p in SCHEDULED_PLAN['profiles'] if p['name'] == profile][0]
+    assert DUE(SCHEDULED_PLAN, at) == wanted
+
+
+def test_the_due_args_of_an_unscheduled_plan_are_its_args():
+    assert DUE({'strategy': 'single', 'args': ['-c', '4096']}, '12:00') == ['-c', '4096']
+    assert DUE({'args': ['--max-num-seqs=8']}, '12:00') == ['--max-num-seqs=8']
+
+
+def test_the_due_args_agree_with_the_switch_program_every_minute():
+    """The playbook (controller) and the switch timer (node) pick the same profile at every
+    minute of the day, for edges that wrap across midnight too."""
+    from watchdog_program import load_watchdog_program  # pylint: disable=import-error,import-outside-toplevel
+    program = load_watchdog_program()
+    for schedule in (SCHEDULED_PLAN['schedule'], [{'at': '07:30', 'profile': 'chat'}, {'at': '23:15', 'profile': 'batch'}]):
+        plan = dict(SCHEDULED_PLAN, schedule=schedule)
+        args = {p['name']: p['args'] for p in plan['profiles']}
+        for minute in range(1440):
+            at = '%02d:%02d' % divmod(minute, 60)
+            assert DUE(plan, at) == args[program.due_profile(schedule, minute)], at
+
+
+@pytest.mark.parametrize('at', ['7:00', '0700', None, '07:0x'])
+def test_a_bad_time_is_refused(at):
+    with pytest.raises(AnsibleFilterError, match='the time must be HH:MM'):
+        DUE(SCHEDULED_PLAN, at)
