@@ -84,6 +84,11 @@ class Plan:
     # the filter kvpin_gpustack_vram_claim converts (see plugins/filter/gpustack.py).
     vram_claim_bytes: Optional[int] = None
     system_reserved_bytes: Optional[int] = None  # per GPU, kept outside GPUStack's booking
+    # The GPUs GPUStack's GPU selector pins (NVML indexes): the deployment's gpu_indexes, or
+    # for vLLM without them the planner's choice (gpu_choice: what it compared, module gpu_choice);
+    # None when GPUStack places the deployment itself.
+    gpu_indexes: Optional[List[int]] = None
+    gpu_choice: Optional[Dict[str, object]] = None
 
     def to_dict(self):
         return asdict(self)
