@@ -133,8 +133,12 @@ def check_gpus(gpus):
     if len(gpus) > MAX_GPUS:
         raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
                                      'GPUs)' % (len(gpus), MAX_GPUS))
+    seen = set()
     for position, gpu in enumerate(gpus):
         check_gpu(position, gpu)
+        if gpu['index'] in seen:
+            raise PlanInputError('gpus[%d].index' % position, 'GPU %d is listed twice' % gpu['index'])
+        seen.add(gpu['index'])
     return list(gpus)
 
 

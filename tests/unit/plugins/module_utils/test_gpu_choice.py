@@ -212,3 +212,11 @@ def test_candidate_groups_take_the_lowest_indexes_of_each_kind():
     groups = [(size, [g['index'] for g in group]) for size, group in gpu_choice.candidate_groups(gpus, None)]
     assert groups == [(1, [0]), (2, [0, 2]), (1, [1]), (2, [1, 3])]
     assert gpu_choice.candidate_groups(gpus, 4) == []
+
+
+def test_a_gpu_listed_twice_is_refused():
+    gpus = node(RTX4090, A6000) + [gpu(1, A6000)]
+    with pytest.raises(PlanInputError) as raised:
+        build_plan(params(gpus))
+    assert raised.value.field == 'gpus[2].index'
+    assert 'GPU 1 is listed twice' in str(raised.value)
