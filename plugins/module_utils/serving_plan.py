@@ -16,7 +16,7 @@ import math
 import os
 import re
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_choice import choose_gpus
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_choice import choose_gpus, describe_kinds, kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic, check_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
@@ -299,6 +299,13 @@ def build_plan(params, resolve_model=None, planners=None):
         else:
             plan_vllm = planners[BACKEND_VLLM]
         tp = pinned_tp(knobs)
+        if pin is not None and len(kinds(gpus)) > 1:
+            raise PlanInputError('gpu_indexes', 'pins %s to GPUs of different kinds: %s; vLLM tensor '
+                                 'parallelism needs GPUs of one kind. Pin GPUs of one kind, or leave '
+                                 'gpu_indexes out and the planner chooses the card or group of identical '
+                                 'cards that fits best; for GPUs of different sizes together use backend '
+                                 'llama-box (GPUStack 0.7) or llama.cpp (GPUStack 2.x)'
+                                 % (pin, describe_kinds(gpus)))
         if pin is None and tp is not False:
             plan, choice = choose_gpus(gpus, tp, traffic, lambda group, size: check_plan(plan_vllm(
                 spec, group, traffic, dict(knobs, tensor_parallel_size=size), str(version))))

@@ -144,10 +144,14 @@ def test_a_pinned_group_of_mixed_cards_is_refused_naming_gpus_and_kinds():
     with pytest.raises(PlanInputError) as raised:
         build_plan(params(node(RTX4090, A6000), gpu_indexes=[0, 1]))
     message = str(raised.value)
-    assert raised.value.field == 'gpus'
-    assert 'one kind' in message
-    assert 'NVIDIA GeForce RTX 4090' in message and '(index 0)' in message
-    assert 'NVIDIA RTX A6000' in message and '(index 1)' in message
+    assert raised.value.field == 'gpu_indexes'
+    assert message.startswith('gpu_indexes: pins [0, 1] to GPUs of different kinds: '
+                              'NVIDIA GeForce RTX 4090 25757220864 B x1 (index 0); '
+                              'NVIDIA RTX A6000 51527024640 B x1 (index 1); vLLM tensor parallelism needs GPUs of one kind')
+    assert 'leave gpu_indexes out' in message and 'llama-box' in message
+    # Even when one of the pinned cards alone would hold the model (the 8B fits either).
+    with pytest.raises(PlanInputError):
+        build_plan(params(node(RTX4090, A6000), gpu_indexes=[1, 0], tensor_parallel_size=1))
 
 
 def test_a_pinned_llama_box_plan_carries_its_pin_and_an_unpinned_one_none():
