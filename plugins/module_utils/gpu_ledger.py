@@ -41,7 +41,8 @@ several deployments on one card hold. The ledger does, per GPU, two accounts in 
 Either account over the card refuses the node in the plan phase, naming the GPU, the
 deployments and the bytes.
 
-A deployment that does not pin its GPUs (no ``gpu_indexes``) may be placed by GPUStack on other
+A deployment that does not pin its GPUs (no ``gpu_indexes``, and no GPU choice of the planner in
+its plan's ``gpu_indexes``: a llama.cpp / llama-box plan) may be placed by GPUStack on other
 GPUs than it was planned on; on a node with more than one deployment that makes the ledger
 unknowable, so it is refused there with a message that says so.
 
@@ -435,6 +436,10 @@ def deployments_from_results(results):
         if not isinstance(deployment, dict):
             raise LedgerInputError(where + '.deployment', 'must be the inventory deployment dict, got %s'
                                    % _short(deployment))
-        out.append({'name': deployment.get('name'), 'plan': result['plan'],
-                    'pinned': deployment.get('gpu_indexes') is not None})
+        # Pinned: by the inventory, or by the planner's GPU choice (the plan's gpu_indexes, which
+        # deploy_models.yml hands GPUStack's GPU selector), so GPUStack places it where it was planned.
+        plan = result['plan']
+        out.append({'name': deployment.get('name'), 'plan': plan,
+                    'pinned': deployment.get('gpu_indexes') is not None
+                    or (isinstance(plan, dict) and plan.get('gpu_indexes') is not None)})
     return out

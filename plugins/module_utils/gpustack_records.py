@@ -380,6 +380,43 @@ def plan_model_change(existing, desired, state):
     return dict(action='update', before=before, after=after, changes=field_changes(before, after, fields))
 
 
+def selected_gpus(gpu_selector):
+    """{(worker name, GPU index)} named by a normalised gpu_selector's ``gpu_ids``
+    (``<worker>:<device>:<index>``), or None when it names none (GPUStack places freely)."""
+    gpu_ids = (gpu_selector or {}).get('gpu_ids')
+    if not gpu_ids:
+        return None
+    selected = set()
+    for gpu_id in gpu_ids:
+        worker, _device, index = gpu_id.split(':')
+        if not index.isdigit():
+            raise RecordInputError('gpu_selector', 'gpu_ids %r: the index %r is not a whole number' % (gpu_id, index))
+        selected.add((worker, int(index)))
+    return selected
+
+
+def misplaced_instances(instances, model_id, gpu_selector):
+    """The instances of model ``model_id`` that run on GPUs outside ``gpu_selector`` (placed
+    before the selector changed). GPUStack keeps an instance's GPUs for its lifetime (0.7.1's
+    ModelController only syncs the replica count on a model update; a restart keeps the GPUs),
+    so such an instance serves from GPUs other than the plan's until it is deleted and GPUStack
+    schedules its replacement by the new selector. An instance not placed yet (no worker or no
+    GPUs) is left to the scheduler."""
+    selected = selected_gpus(gpu_selector)
+    if selected is None:
+        return []
+    misplaced = []
+    for instance in instances:
+        if not isinstance(instance, dict) or instance.get('model_id') != model_id:
+            continue
+        worker, gpus = instance.get('worker_name'), instance.get('gpu_indexes')
+        if not isinstance(worker, str) or not worker or not isinstance(gpus, list) or not gpus:
+            continue
+        if not all(isinstance(g, int) and not isinstance(g, bool) and (worker, g) in selected for g in gpus):
+            misplaced.append(instance)
+    return misplaced
+
+
 # -- worker labels ------------------------------------------------------------------------
 
 def is_builtin_worker_label(key):

@@ -90,6 +90,11 @@ class Plan:
     # vLLM pipeline parallelism only: the stages (layers, bytes, KV) and, on a node of mixed
     # cards, the llama-box layer-offload plan of the same model to compare (vllm_pipeline).
     pipeline: Optional[Dict[str, object]] = None
+    # The GPUs GPUStack's GPU selector pins (NVML indexes): the deployment's gpu_indexes, or
+    # for vLLM without them the planner's choice (gpu_choice: what it compared, module gpu_choice);
+    # None when GPUStack places the deployment itself.
+    gpu_indexes: Optional[List[int]] = None
+    gpu_choice: Optional[Dict[str, object]] = None
 
     def to_dict(self):
         return asdict(self)

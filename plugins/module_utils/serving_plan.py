@@ -16,6 +16,7 @@ import math
 import os
 import re
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_choice import choose_gpus, describe_kinds, kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic, check_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
@@ -88,6 +89,7 @@ SERVING_PLAN_ARGUMENT_SPEC = dict(
     backend_version=dict(type='str', required=True),
     model=dict(type='raw', required=True),
     gpus=dict(type='list', elements='dict', required=True),
+    gpu_indexes=dict(type='list', elements='int'),
     prompt_tokens_p99=dict(type='int', no_log=False),
     max_output_tokens=dict(type='int', no_log=False),
     max_concurrency=dict(type='int'),
@@ -138,13 +140,49 @@ def check_gpus(gpus):
     if len(gpus) > MAX_GPUS:
         raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
                                      'GPUs)' % (len(gpus), MAX_GPUS))
+    seen = set()
     for position, gpu in enumerate(gpus):
         check_gpu(position, gpu)
+        if gpu['index'] in seen:
+            raise PlanInputError('gpus[%d].index' % position, 'GPU %d is listed twice' % gpu['index'])
+        seen.add(gpu['index'])
     return list(gpus)
 
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_gpu_indexes(gpu_indexes, gpus):
+    """The deployment's pin (``gpu_indexes``) checked against the node's checked ``gpus``: a
+    non-empty list of distinct indexes, each one of ``gpus``. Returns the sorted list."""
+    if not isinstance(gpu_indexes, (list, tuple)) or not gpu_indexes:
+        raise PlanInputError('gpu_indexes', 'must be a non-empty list of GPU indexes, got %r' % (gpu_indexes,))
+    if len(gpu_indexes) > MAX_GPUS:
+        raise PlanInputError('gpu_indexes', '%d indexes given; a node has at most %d GPUs'
+                             % (len(gpu_indexes), MAX_GPUS))
+    for position, index in enumerate(gpu_indexes):
+        if not _is_int(index) or not 0 <= index < 1 << 16:
+            raise PlanInputError('gpu_indexes[%d]' % position, 'must be a GPU index (integer >= 0), got %r'
+                                 % (index,))
+    if len(set(gpu_indexes)) != len(gpu_indexes):
+        raise PlanInputError('gpu_indexes', 'names a GPU twice: %s' % list(gpu_indexes))
+    known = sorted(gpu['index'] for gpu in gpus)
+    missing = sorted(set(gpu_indexes) - set(known))
+    if missing:
+        raise PlanInputError('gpu_indexes', 'GPU %s not among the node\'s GPUs %s'
+                             % (', '.join(str(i) for i in missing), known))
+    return sorted(gpu_indexes)
+
+
+def pinned_tp(knobs):
+    """The user's tensor_parallel_size as an int in 1..MAX_GPUS, None for unset / auto, or
+    False for a value the vLLM planner must refuse itself (out of range)."""
+    value = knobs.get('tensor_parallel_size')
+    if value is None or (isinstance(value, str) and value.strip() == 'auto'):
+        return None
+    number = int(value)
+    return number if 1 <= number <= MAX_GPUS else False
 
 
 def check_gpu(position, gpu):
@@ -260,17 +298,58 @@ def build_plan(params, resolve_model=None, planners=None):
     if resolve_model is None:
         from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
     spec = resolve_model(params['model'])
+    pin = params.get('gpu_indexes')
+    if pin is not None:
+        pin = check_gpu_indexes(pin, gpus)
+        gpus = [gpu for gpu in gpus if gpu['index'] in pin]
     if backend == BACKEND_VLLM:
         if planners is None:
             from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
         else:
             plan_vllm = planners[BACKEND_VLLM]
-        return check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version)))
+        tp = pinned_tp(knobs)
+        # pipeline parallelism plans its stages on every GPU given (stages may differ in kind)
+        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_pipeline import pipeline_requested
+        pipeline = pipeline_requested(knobs)
+        if pin is not None and len(kinds(gpus)) > 1 and not pipeline:
+            raise PlanInputError('gpu_indexes', 'pins %s to GPUs of different kinds: %s; vLLM tensor '
+                                 'parallelism needs GPUs of one kind. Pin GPUs of one kind, or leave '
+                                 'gpu_indexes out and the planner chooses the card or group of identical '
+                                 'cards that fits best; for GPUs of different sizes together use backend '
+                                 'llama-box (GPUStack 0.7) or llama.cpp (GPUStack 2.x)'
+                                 % (pin, describe_kinds(gpus)))
+        if pin is None and tp is not False and not pipeline:
+            plan, choice = choose_gpus(gpus, tp, traffic, lambda group, size: check_plan(plan_vllm(
+                spec, group, traffic, dict(knobs, tensor_parallel_size=size), str(version))))
+            if plan is not None:
+                return with_gpu_choice(plan, choice, tp)
+        return pinned(check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version))), pin)
     if planners is None:
         from ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory import plan_llamacpp
     else:
         plan_llamacpp = planners[backend]
-    return check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version)))
+    return pinned(check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))), pin)
+
+
+def pinned(plan, pin):
+    """``plan`` with the deployment's pin: GPUStack's GPU selector gets exactly those GPUs.
+    Without a pin (a llama.cpp / llama-box plan over the GPUs given) GPUStack places it."""
+    if pin is not None:
+        plan.gpu_indexes = list(pin)
+        plan.reasons['gpu_indexes'] = 'pinned by the deployment (gpu_indexes %s); never re-chosen' % list(pin)
+    return plan
+
+
+def with_gpu_choice(plan, choice, tp):
+    """``plan`` (the chosen candidate's) carrying the choice: its GPU indexes, what was compared
+    and why; with TP unset the TP size is the choice's too."""
+    plan.gpu_indexes = list(choice['gpu_indexes'])
+    plan.gpu_choice = choice
+    plan.reasons['gpu_indexes'] = choice['reason']
+    if tp is None:
+        plan.reasons['tensor_parallel_size'] = ('auto: %d, the size of the chosen GPU group (see the '
+                                                'reason for gpu_indexes)' % len(choice['gpu_indexes']))
+    return plan
 
 
 MEMORY_COLUMNS = ('total', 'budget', 'weights', 'activation', 'non_torch', 'cuda_graph',
@@ -304,6 +383,8 @@ def plan_report(plan, name=None):
         lines.extend(report_lines(plan.pipeline))
     lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
+    if plan.gpu_indexes is not None:
+        lines.append('gpu_indexes: %s' % plan.gpu_indexes)
     lines.extend('reason %s: %s' % (knob, plan.reasons[knob]) for knob in sorted(plan.reasons))
     lines.extend('rule: %s' % rule for rule in plan.rules)
     lines.extend('warning: %s' % warning for warning in plan.warnings)

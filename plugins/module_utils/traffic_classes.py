@@ -349,7 +349,7 @@ def plan_split(params, spec, classes, single_profile, planners=None):
     half = len(gpus) // 2
     profiles = []
     knobs = dict(params)
-    for option in WEIGHT_KNOBS[2:] + ('tensor_parallel_size',):
+    for option in WEIGHT_KNOBS[2:] + ('tensor_parallel_size', 'gpu_indexes'):
         knobs.pop(option, None)
     for part, part_gpus in ((long_part, gpus[:half]), (rest, gpus[half:])):
         name = 'split-' + '+'.join(c.name for c in part)
@@ -435,6 +435,11 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
                 fixed[knob] = single_plan.settings[knob]
                 fixed_reasons[knob] = ('%s: fixed to the single configuration\'s, so every profile holds the '
                                        'weights in the same layout' % (fixed[knob],))
+        if fixed.get('gpu_indexes') is None and getattr(single_plan, 'gpu_indexes', None) is not None:
+            # the same GPUs too: the planner's GPU choice of the single configuration, pinned
+            fixed['gpu_indexes'] = list(single_plan.gpu_indexes)
+            fixed_reasons['gpu_indexes'] = ('%s: the single configuration\'s GPU choice, pinned so every '
+                                            'profile holds the weights on the same GPUs' % (fixed['gpu_indexes'],))
         profile_of = {}
         for names in sets:
             name = '+'.join(names)

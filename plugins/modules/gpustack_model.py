@@ -96,7 +96,10 @@ options:
     description: Worker labels (key, value) a worker must carry to run the deployment.
     type: dict
   gpu_selector:
-    description: Manual GPU selection.
+    description:
+      - Manual GPU selection.
+      - When an update changes it, the model's instances running on GPUs outside the new
+        selection are deleted so that GPUStack recreates them on the selected GPUs (RV(replaced_instances)).
     type: dict
     suboptions:
       gpu_ids:
@@ -174,6 +177,14 @@ model:
       changed. In check mode, the record that would be sent. Empty when absent.
   returned: always
   type: dict
+replaced_instances:
+  description:
+    - When the update changed the GPU selector, the names of the model's instances that ran on
+      GPUs outside the new one and were deleted, so that GPUStack recreates them on the selected
+      GPUs (GPUStack keeps an instance's GPUs for its lifetime). In check mode, those it would delete.
+  returned: when the GPU selector changed
+  type: list
+  elements: str
 api_version:
   description: API generation used (C(v1) or C(v2)).
   returned: always
@@ -190,11 +201,12 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import
     ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
-    RecordInputError, ServerRecordError, desired_model_fields, model_create_body, model_update_body,
-    plan_model_change,
+    RecordInputError, ServerRecordError, desired_model_fields, misplaced_instances, model_create_body,
+    model_update_body, plan_model_change,
 )
 
 RESOURCE = 'models'
+INSTANCES = 'model-instances'
 
 
 def argument_spec():
@@ -248,11 +260,26 @@ def run(module, client):
     elif action == 'update':
         body = model_update_body(existing, desired)
         result['model'] = body if module.check_mode else client.replace(RESOURCE, existing['id'], body)
+        if decision['before'].get('gpu_selector') != decision['after'].get('gpu_selector'):
+            result['replaced_instances'] = replace_misplaced_instances(
+                module, client, existing['id'], decision['after'].get('gpu_selector'))
     elif action == 'delete':
         result['model'] = {}
         if not module.check_mode:
             client.delete(RESOURCE, existing['id'])
     return result
+
+
+def replace_misplaced_instances(module, client, model_id, gpu_selector):
+    """Delete the model's instances placed on GPUs outside its new GPU selector, so that
+    GPUStack recreates them where the selector says (it keeps an instance's GPUs otherwise).
+    Returns their names; in check mode deletes nothing and names what it would delete."""
+    instances = client.list_all(INSTANCES, {'model_id': model_id})
+    misplaced = misplaced_instances(instances, model_id, gpu_selector)
+    for instance in misplaced:
+        if not module.check_mode:
+            client.delete(INSTANCES, instance['id'])
+    return [instance['name'] for instance in misplaced]
 
 
 def _unknown_outcome(error):

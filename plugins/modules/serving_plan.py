@@ -91,9 +91,24 @@ options:
       - At most 16 (llama.cpp's device limit). Each needs an integer C(index), a string C(name) and
         C(memory_total) in bytes between 256 MiB and 4 TiB; C(memory_used) / C(memory_free), when
         given, lie between 0 and the total; C(compute_capability) is a string like C(8.6).
+      - For vLLM without O(gpu_indexes) the planner chooses among them (module_utils/gpu_choice.py) -
+        per kind of card (name and memory), the lowest-indexed group of each tensor-parallel size
+        (the one set, or with O(tensor_parallel_size) unset or C(auto) 1, 2, 4 and 8 - a single
+        card is the group of 1); each is planned and the best is kept - feasible first, then the
+        fewest GPUs, then the largest KV pool, then the lowest indexes. So a node of mixed cards
+        serves a model that fits one card, or a group of identical cards. The choice and what it
+        compared are returned in RV(plan.gpu_indexes) and RV(plan.gpu_choice); it is refused
+        (an infeasible plan listing every candidate) only when no candidate fits.
     type: list
     elements: dict
     required: true
+  gpu_indexes:
+    description:
+      - The deployment's pin - the NVML indexes (among O(gpus)) it must run on. The plan uses
+        exactly these GPUs (never re-chosen; vLLM refuses a pinned group of mixed cards, naming them).
+      - Each index must be one of O(gpus), listed once.
+    type: list
+    elements: int
   prompt_tokens_p99:
     description:
       - 99th percentile of prompt length in tokens, measured on real traffic.
@@ -124,7 +139,7 @@ options:
     type: list
     elements: dict
   tensor_parallel_size:
-    description: vLLM tensor parallelism; an integer or C(auto) (smallest valid size that fits).
+    description: vLLM tensor parallelism; an integer or C(auto) (the size of the GPU group chosen, see O(gpus)).
     type: raw
   gpu_memory_utilization:
     description: vLLM fraction of each GPU's total memory given to the engine.
@@ -749,6 +764,38 @@ plan:
       type: list
       elements: dict
       returned: with traffic_classes
+    gpu_indexes:
+      description:
+        - The GPUs (NVML indexes) GPUStack's GPU selector pins the deployment to - O(gpu_indexes)
+          when given, else for vLLM the planner's choice (RV(plan.gpu_choice)); null when
+          GPUStack places it (llama-box / llama.cpp without O(gpu_indexes)).
+      type: list
+      elements: int
+      returned: always
+      sample: [1]
+    gpu_choice:
+      description:
+        - vLLM without O(gpu_indexes) - what the planner compared to choose RV(plan.gpu_indexes);
+          null otherwise.
+      type: dict
+      returned: always
+      contains:
+        gpu_indexes:
+          description: The chosen GPUs.
+          type: list
+          elements: int
+        reason:
+          description: Why these, and the line of every candidate compared.
+          type: str
+        candidates:
+          description:
+            - Every candidate, best first - C(gpu_indexes), C(gpu_name), C(tensor_parallel_size),
+              C(feasible), C(verdict) (starting with C(fits), C(does not fit) or C(refused)),
+              C(kv_cache_bytes) and C(kv_cache_tokens) (its KV pool), and C(kv_headroom_bytes) - the
+              pool less what the declared traffic needs (C(max_concurrency) sequences of
+              prompt + output tokens, capped at max_model_len), negative when short.
+          type: list
+          elements: dict
 plan_report:
   description: The plan for people - verdict, arguments, per-GPU memory table in GiB, and the rule behind each value.
   returned: success, and failure of an infeasible plan

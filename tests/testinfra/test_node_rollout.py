@@ -223,19 +223,20 @@ def _contains_in_order(argv, part):
 
 
 def _engine_argv(node, model_id):
-    """The argv the engine of the model's running instance on this node printed at its latest
-    start (GPUStack's instance log), or a reason why there is none yet."""
+    """(argv, why, GPU indexes): the argv the engine of the model's running instance on this node
+    printed at its latest start (GPUStack's instance log) and the GPUs GPUStack gave that instance,
+    or None, a reason why there is none yet, and None."""
     instances = [i for i in _gpustack('/v1/model-instances?perPage=100')
                  if i['model_id'] == model_id and i.get('worker_name') == node.name]
     running = [i for i in instances if i['state'] == 'running']
     if not running:
         return None, 'instances on %s: %s' % (node.name, [(i['state'], (i.get('state_message') or '')[:200])
-                                                          for i in instances])
+                                                          for i in instances]), None
     log = node.host.file('/var/lib/gpustack/log/serve/%d.log' % running[0]['id'])
     found = ARGV_LINE.findall(log.content_string) if log.exists else []
     if not found:
-        return None, 'no argv line in instance %d\'s log' % running[0]['id']
-    return json.loads(found[-1]), 'instance %d' % running[0]['id']
+        return None, 'no argv line in instance %d\'s log' % running[0]['id'], None
+    return json.loads(found[-1]), 'instance %d' % running[0]['id'], running[0].get('gpu_indexes')
 
 
 def test_pinned_engine_arguments_reach_gpustack_and_the_engine(node):
@@ -245,15 +246,26 @@ def test_pinned_engine_arguments_reach_gpustack_and_the_engine(node):
         assert model is not None, '%s is not deployed in GPUStack' % deployment['name']
         assert model['backend_parameters'] == plan['args']
         assert model['worker_selector'] == {'worker-name': node.name}
+        # The plan's GPUs (the inventory's pin or the planner's choice) reach GPUStack's GPU
+        # selector as <worker>:cuda:<index>; a plan without them leaves the placement to GPUStack.
+        pinned = plan.get('gpu_indexes')
+        selected = (model.get('gpu_selector') or {}).get('gpu_ids')
+        if pinned:
+            assert sorted(selected or []) == ['%s:cuda:%d' % (node.name, i) for i in sorted(pinned)], (
+                deployment['name'], pinned, model.get('gpu_selector'))
+        else:
+            assert not selected, (deployment['name'], model.get('gpu_selector'))
         # GPUStack puts its own defaults first: each pin must arrive, in order, after them.
         deadline = time.monotonic() + ENGINE_WAIT_S
         while True:
-            argv, why = _engine_argv(node, model['id'])
+            argv, why, gpus = _engine_argv(node, model['id'])
             if argv is not None and _contains_in_order(argv, plan['args']):
                 break
             assert time.monotonic() < deadline, '%s: the engine did not start with %s within %.0f s (%s; argv %s)' % (
                 deployment['name'], plan['args'], ENGINE_WAIT_S, why, argv)
             time.sleep(3)
+        if pinned:
+            assert gpus and set(gpus) <= set(pinned), (deployment['name'], pinned, gpus)
 
 
 # -- No secret in a world-readable file ---------------------------------------------------------

@@ -49,7 +49,7 @@ def deployment(name, util):
             'engine': {'gpu_memory_utilization': util}}
 
 
-def run_plan_phase(tmp_path, stub_library, deployments, monkeypatch, **extra_vars):
+def run_plan_phase(tmp_path, stub_library, deployments, monkeypatch, fixture=FIXTURE, **extra_vars):
     marker = tmp_path / 'node-changed'
     tasks = [
         {'name': 'Inventory', 'ansible.builtin.set_fact': dict(
@@ -61,7 +61,7 @@ def run_plan_phase(tmp_path, stub_library, deployments, monkeypatch, **extra_var
         {'name': 'Stand-in for the worker phase: the node changes',
          'ansible.builtin.copy': {'content': 'changed\n', 'dest': str(marker), 'mode': '0600'}},
     ]
-    monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', FIXTURE)
+    monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', fixture)
     return run_tasks_on_localhost(tmp_path, tasks), marker
 
 
@@ -93,3 +93,24 @@ def test_plan_yml_reports_the_overcommit_without_failing(tmp_path, stub_library,
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert 'OVERCOMMITTED by' in out
+
+
+def test_on_mixed_cards_the_planners_gpu_choice_is_charged_next_to_a_pinned_deployment(
+        tmp_path, stub_library, monkeypatch):
+    """lab-mixed's cards (A6000 at 0, RTX 4090 at 1): an 8B vLLM deployment without gpu_indexes
+    is planned on the GPU the planner chose (not refused for mixed cards), that choice pins it,
+    and the ledger charges it there only, next to a deployment pinned to the other card."""
+    chosen = deployment('chat', 0.5)
+    del chosen['gpu_indexes']
+    pinned = dict(deployment('code', 0.85), gpu_indexes=[1])
+    proc, marker = run_plan_phase(tmp_path, stub_library, [chosen, pinned], monkeypatch,
+                                  fixture=os.path.join(REPO_ROOT, 'tests', 'fixtures', 'nvml', 'lab-mixed.json'))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert marker.exists()
+    assert 'do not pin their GPUs' not in out
+    assert 'GPU 0 NVIDIA RTX A6000: memory' in out and 'GPU 1 NVIDIA GeForce RTX 4090: memory' in out
+    ledger_lines = [line for line in out.splitlines() if ': memory ' in line]
+    assert any('GPU 0 NVIDIA RTX A6000' in line and 'chat' in line and 'code' not in line for line in ledger_lines), out
+    assert any('GPU 1 NVIDIA GeForce RTX 4090' in line and 'code' in line and 'chat' not in line
+               for line in ledger_lines), out

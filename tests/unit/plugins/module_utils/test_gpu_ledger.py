@@ -148,13 +148,36 @@ def test_the_vram_claims_sent_to_gpustack_equal_the_ledgers_figures():
 def test_deployments_sharing_a_node_must_pin_their_gpus():
     gpus = [a6000(0), a6000(1)]
     res = results(('chat', plan_8b([gpus[0]], 0.4)), ('code', plan_8b([gpus[1]], 0.4)))
+    # Neither the inventory nor the planner pins it (a plan GPUStack places itself, as a
+    # llama.cpp plan without gpu_indexes is).
     del res[1]['deployment']['gpu_indexes']
+    res[1]['plan'].update(gpu_indexes=None, gpu_choice=None)
     ledger = LEDGER_FILTER(gpus, res, 1)
     assert not ledger['fits']
     assert ledger['problems'] == [p for p in ledger['problems'] if 'do not pin their GPUs' in p]
     assert 'deployments code do not pin' in ledger['problems'][0]
     # One deployment alone may leave the choice to GPUStack: nothing shares its GPUs.
     assert LEDGER_FILTER(gpus, res[1:], 1)['fits']
+
+
+def test_the_planners_gpu_choice_pins_a_deployment_and_only_its_gpus_are_charged():
+    """A vLLM deployment without gpu_indexes on a node of mixed cards: the planner chose its GPU
+    (plan.gpu_indexes, which GPUStack's GPU selector gets), so the ledger charges that GPU only
+    and counts it as pinned next to another deployment."""
+    rtx4090 = {'index': 0, 'name': 'NVIDIA GeForce RTX 4090', 'memory_total': 25757220864,
+               'memory_used': 0, 'memory_reserved': 0, 'processes': []}
+    gpus = [rtx4090, a6000(1)]
+    chosen = plan_8b(gpus, 0.4)
+    assert chosen['gpu_indexes'] == [1] and chosen['gpu_choice']['gpu_indexes'] == [1]
+    assert [row['index'] for row in chosen['memory']] == [1]
+    pinned = plan_8b([rtx4090], 0.85)
+    res = [{'deployment': {'name': 'chat'}, 'plan': chosen, 'changed': False},
+           {'deployment': {'name': 'code', 'gpu_indexes': [0]}, 'plan': pinned, 'changed': False}]
+    ledger = LEDGER_FILTER(gpus, res, 1)
+    assert ledger['fits'], ledger['problems']
+    by_gpu = {row['index']: [entry['deployment'] for entry in row['entries']] for row in ledger['gpus']}
+    assert by_gpu == {0: ['code'], 1: ['chat']}
+    assert ledger['claims']['chat'] == sum(e['booked'] for e in ledger['gpus'][1]['entries'])
 
 
 def test_an_infeasible_plan_is_not_deployed_and_holds_nothing():

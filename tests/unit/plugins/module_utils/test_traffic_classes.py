@@ -136,6 +136,8 @@ def test_scheduled_when_one_configuration_cannot_hold_the_night_batch():
     for profile in plan['profiles']:
         assert_profile_holds(profile)
         assert profile['settings']['tensor_parallel_size'] == 4
+        # the planner's GPU choice of the single configuration, pinned for every profile
+        assert profile['reasons']['gpu_indexes'].startswith("[0, 1, 2, 3]: the single configuration's GPU choice")
     batch_profile, chat_profile = plan['profiles']
     assert one_copy(batch_profile) == one_copy(chat_profile)               # weights once, same layout
     assert batch_profile['hours'] == ['23:00-07:00'] and chat_profile['hours'] == ['07:00-23:00']
@@ -385,3 +387,23 @@ def test_random_classes_follow_the_cheapest_rule(seed):
         if window[2]:
             serving = [p for p in plan['profiles'] if tc.window_text(window) in p['hours']]
             assert len(serving) == 1 and set(window[2]) <= set(serving[0]['classes']), (window, plan['profiles'])
+
+
+def test_scheduled_profiles_keep_the_single_configurations_gpu_choice():
+    """On a mixed node the planner chooses the GPUs (gpu_choice); every scheduled profile is
+    pinned to the single configuration's choice, so the weights stay on the same card."""
+    rtx4090 = dict(A6000, name='NVIDIA GeForce RTX 4090', memory_total=25757220864, memory_free=25757220864,
+                   compute_capability='8.9')
+    chat = dict(CHAT, max_concurrency=8)
+    batch = dict(BATCH, prompt_tokens_p99=60000, max_output_tokens=4000, max_concurrency=2, hours='23:00-07:00')
+    result = serving_plan_result(params([chat, batch], model='meta-llama/Llama-3.1-8B-Instruct',
+                                        tensor_parallel_size=1, kv_cache_dtype='auto',
+                                        gpus=[dict(rtx4090, index=0), dict(A6000, index=1, uuid='GPU-1')]))
+    assert not result.get('failed'), result.get('msg')
+    plan = result['plan']
+    scheduled = alternative(plan, 'scheduled')
+    assert scheduled['feasible']
+    chosen = plan['gpu_indexes']
+    assert chosen == [1]                      # the A6000: the larger KV pool of the two single cards
+    for profile in plan['profiles']:
+        assert [gpu['index'] for gpu in profile['memory_per_gpu']] == chosen
