@@ -445,11 +445,11 @@ def acceptance_lines(records, unplanned=()):
     line('weights within %.0f %% on %d/%d logs with logged weights (target all)' % (
         100.0 * WEIGHTS_TOLERANCE_FRACTION, w_ok, len(weights)), bool(weights) and w_ok == len(weights))
     if unplanned:
-        all_classes = sorted(set(classes) | set(card_class(e) for e, _ in unplanned))
+        all_classes = sorted(set(classes) | set(card_class(e) for e, _why in unplanned))
         print('not planned: %d runs (counted in no target above): with them %d runs, %d failed starts, '
               '%d card classes: %s' % (
                   len(unplanned), len(records) + len(unplanned),
-                  failures + sum(1 for e, _ in unplanned if e['startup_outcome'] != 'started'),
+                  failures + sum(1 for e, _why in unplanned if e['startup_outcome'] != 'started'),
                   len(all_classes), ', '.join(all_classes)))
         for entry, why in unplanned:
             print('  not planned: %s [%s, vLLM %s, TP%d]: %s' % (

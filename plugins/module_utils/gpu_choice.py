@@ -55,7 +55,7 @@ def kinds(gpus):
 def describe_kinds(gpus):
     """'NVIDIA RTX A6000 51527024640 B x1 (index 0); ...' for messages."""
     return '; '.join('%s %d B x%d (index %s)' % (name, total, len(members),
-                                                  ','.join(str(g['index']) for g in members))
+                                                 ','.join(str(g['index']) for g in members))
                      for (name, total), members in kinds(gpus))
 
 
@@ -104,7 +104,7 @@ def _rank(candidate):
 
 def _line(candidate):
     head = 'GPUs %s (%s, TP %d)' % (candidate['gpu_indexes'], candidate['gpu_name'],
-                                     candidate['tensor_parallel_size'])
+                                    candidate['tensor_parallel_size'])
     if candidate['kv_cache_tokens'] is None:
         return '%s: %s' % (head, candidate['verdict'])
     headroom = candidate['kv_headroom_bytes']
@@ -169,7 +169,7 @@ def choose_gpus(gpus, tp, traffic, plan_fn):
                                            [-i for i in c['gpu_indexes']]))
         reason = ('no GPU choice fits (the deployment pins no gpu_indexes); GPUs %s, the most '
                   'memory of a candidate, shown; %d compared: %s' % (best['gpu_indexes'], len(candidates),
-                                                                    compared))
+                                                                     compared))
         plan = plans[tuple(best['gpu_indexes'])]
         plan.not_fitting = ['no GPU choice of %s fits: %s' % (describe_kinds(gpus), compared)] + list(
             plan.not_fitting)

@@ -994,7 +994,7 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                          total='CUDA-visible total (what llama.cpp can allocate): %s [%s]' % (
                              cudas[position].explain, cudas[position].source)),
             term_kinds=tk.term_kinds(tk.LLAMACPP, list(r.terms) + ['nvml_total', 'driver_reserved'],
-                                    cudas[position], tk.LLAMACPP_PREFIXES)))
+                                     cudas[position], tk.LLAMACPP_PREFIXES)))
     settings = {'gpu_layers': k, 'ctx_size': ctx_size, 'parallel': parallel,
                 'flash_attn': flash_attn, 'cache_type_k': ctype_k, 'cache_type_v': ctype_v,
                 'ubatch_size': ubatch, 'batch_size': batch, 'no_kv_offload': no_kv_offload,

@@ -436,7 +436,7 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
     reserve = 0
     if path == 'no_sort' and NO_SORT_ERA_RESERVE:
-        sort_parts, _ = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, None)
+        sort_parts, _sort_path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, None)
         reserve = max(0, sum(sort_parts.values()) - sampler)
     sampler_phase = sampler + hidden_states + reserve
     peak = max(sampler_phase, forward)
@@ -691,18 +691,18 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
         'weights': w_explain,
         'activation': row['a_explain'],
         'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, %s)%s%s' % (
-                         _gib(non_torch_growth), NON_TORCH_GROWTH.describe(),
-                         (' + TP workspaces %s (%s)' % (_gib(tp_workspace), TP_WORKSPACE.describe()))
-                         if tp_workspace else '',
-                         (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
-                          % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
-                         ' + CUDA context %s (this version measures non-torch memory device-wide)'
-                         % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
+            _gib(non_torch_growth), NON_TORCH_GROWTH.describe(),
+            (' + TP workspaces %s (%s)' % (_gib(tp_workspace), TP_WORKSPACE.describe()))
+            if tp_workspace else '',
+            (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
+             % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
+            ' + CUDA context %s (this version measures non-torch memory device-wide)'
+            % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
         'nccl_buffers': '%d ring connections x %d NCCL channels x %s (%s) -> %s, %s' % (
-                            ring_connections(tp), nccl_channels(gpu.get('name')),
-                            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), NCCL_PER_CHANNEL_CONNECTION.describe(),
-                            _gib(row['nccl']),
-                            'outside the budget' if acct.nccl_in_baseline else 'inside the budget'),
+            ring_connections(tp), nccl_channels(gpu.get('name')),
+            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), NCCL_PER_CHANNEL_CONNECTION.describe(),
+            _gib(row['nccl']),
+            'outside the budget' if acct.nccl_in_baseline else 'inside the budget'),
         'cuda_context': 'CUDA context + driver, outside torch (%s)' % CUDA_CONTEXT.describe(),
         'cuda_graph': row['g_explain'] + (' -- charged INSIDE the budget' if ctx.graphs_inside
                                           else ' -- OUTSIDE the budget (captured after KV allocation)'),

@@ -37,6 +37,7 @@ can be compared in layers, bytes and KV tokens. Entry point: ``plan_vllm_pipelin
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_MLA
@@ -107,7 +108,7 @@ def parse_partition(value, num_layers, pp):
                                          % (position, item))
                 item = int(item)
             elif isinstance(item, float):
-                if item != item or item in (float('inf'), float('-inf')) or item != int(item):
+                if math.isnan(item) or math.isinf(item) or item != int(item):
                     raise PlanInputError(field, 'entry %d must be an integer number of layers, got %r'
                                          % (position, item))
                 item = int(item)
@@ -313,7 +314,7 @@ def _balanced_partition(setup, ms, util_for):
         return tuple(sorted(st['blocks'] for st in stages))
 
     best = score(partition)
-    for _ in range(n * pp):
+    for _step in range(n * pp):
         improved = False
         for i in range(pp):
             for j in range(pp):

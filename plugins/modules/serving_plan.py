@@ -439,7 +439,10 @@ plan:
               type: int
               returned: backend vllm
             activation_sampler_warmup:
-              description: vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32, then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers); a small per-logit sort residual is fitted (vllm_memory.SAMPLER_SORT_RESIDUAL).
+              description:
+                - vLLM - the profile run's sampler warm-up, from the shapes vLLM allocates (logits in the model dtype and fp32,
+                  then the full-vocab sort or, from 0.27, the no-sort top-k/top-p buffers).
+                - A small per-logit sort residual is fitted (vllm_memory.SAMPLER_SORT_RESIDUAL).
               type: int
               returned: backend vllm
             activation_hidden_states:
@@ -447,7 +450,9 @@ plan:
               type: int
               returned: backend vllm
             activation_unexplained_reserve:
-              description: vLLM >= 0.17 - a policy guard, not physics - the bytes the pre-0.17 full-vocab sort would hold beyond the no-sort warm-up, kept until the memory logs of 0.19 - 0.28 show above the model is explained (0 before 0.17).
+              description:
+                - vLLM >= 0.17 - a policy guard, not physics - the bytes the pre-0.17 full-vocab sort would hold beyond the
+                  no-sort warm-up, kept until the memory logs of 0.19 - 0.28 show above the model is explained (0 before 0.17).
               type: int
               returned: backend vllm
             activation_forward_pass:

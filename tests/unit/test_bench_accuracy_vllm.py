@@ -95,7 +95,7 @@ def test_score_splits_the_data_into_planned_and_counted_runs():
     sources = bench.splits.fitted_source_rows(bench.splits.VLLM_MODULES)
     records, unplanned = bench.score(_entries(), sources)
     planned_ids = set(r['entry']['id'] for r in records)
-    unplanned_ids = set(e['id'] for e, _ in unplanned)
+    unplanned_ids = set(e['id'] for e, _why in unplanned)
     assert not planned_ids & unplanned_ids
     assert planned_ids | unplanned_ids == set(e['id'] for e in _entries())
-    assert all(why for _, why in unplanned)
+    assert all(why for _entry, why in unplanned)

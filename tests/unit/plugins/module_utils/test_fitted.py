@@ -137,7 +137,7 @@ def explain(x):
     d = 'peak widths fitted on llama.cpp#8035 (CUDA0 1108.5 MiB)'
     return a, b, c, d
 '''
-    assert sorted(line for line, _ in literal_fitted_numbers(old)) == [3, 4, 6, 7]
+    assert sorted(line for line, _text in literal_fitted_numbers(old)) == [3, 4, 6, 7]
     new = '''
 X = Fitted('m.X', 1, 'bytes', 'llm-d (78.57 of 79.18 GiB free at startup, fitted 0.61 GiB)')
 def explain():
@@ -187,7 +187,7 @@ def test_an_unpinned_vllm_plan_describes_its_cold_compile_margin():
 
 def test_mxfp4_padding_explains_with_describe():
     spec = resolve_model('openai/gpt-oss-20b')
-    _, terms, explain = vm.weights_per_gpu(spec, 1)
+    _weights, terms, explain = vm.weights_per_gpu(spec, 1)
     assert terms['weights_mxfp4_expert_padding'] > 0
     assert vp.MXFP4_EXPERT_PAD.describe() in explain
 

@@ -59,7 +59,7 @@ def test_8b_on_a_4090_next_to_an_a6000_runs_on_the_a6000_alone_and_says_why():
     assert a6000['kv_cache_bytes'] == plan.memory[0].kv_cache
     needed = 32 * 4608
     assert a6000['kv_headroom_bytes'] == a6000['kv_cache_bytes'] - -(-needed * a6000['kv_cache_bytes']
-                                                                      // a6000['kv_cache_tokens'])
+                                                                     // a6000['kv_cache_tokens'])
     reason = plan.reasons['gpu_indexes']
     assert 'GPUs [1] (NVIDIA RTX A6000, TP 1)' in reason and 'largest KV pool' in reason
     assert 'KV headroom %d B' % rtx['kv_headroom_bytes'] in reason

@@ -83,7 +83,7 @@ def test_from_0_17_the_sort_bytes_beyond_the_shapes_are_a_named_guard_not_physic
     total until the logs of that era are explained, as activation_unexplained_reserve, labelled in
     the explanation as a policy guard."""
     spec = resolve_model('Qwen/Qwen2.5-7B-Instruct')
-    peak_old, terms_old, _ = vm.activation_peak(spec, 1, 256, 2048, v('0.11.0'))
+    peak_old, terms_old, _explain = vm.activation_peak(spec, 1, 256, 2048, v('0.11.0'))
     peak_new, terms_new, explain = vm.activation_peak(spec, 1, 256, 2048, v('0.28.0'))
     assert terms_old['activation_unexplained_reserve'] == 0
     assert terms_new['activation_sampler_warmup'] == 661782528

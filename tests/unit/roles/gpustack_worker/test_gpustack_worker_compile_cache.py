@@ -74,7 +74,7 @@ def env_file(text):
     values = {}
     for line in text.splitlines():
         if line and not line.startswith('#'):
-            name, _, quoted = line.partition('=')
+            name, _equals, quoted = line.partition('=')
             assert quoted.startswith('"') and quoted.endswith('"'), line
             values[name] = quoted[1:-1]
     return values
