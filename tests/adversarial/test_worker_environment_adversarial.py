@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from role_plays import desired_state_play
 
 from systemd_env_oracle import systemd_parse
 
@@ -28,21 +29,9 @@ ENVIRONMENT = {
     'GPUSTACK_RUNTIME_DETECT_NO_PCI_CHECK': '1',
 }
 
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Desired state
-      ansible.builtin.include_role:
-        name: kvpin.fleet.gpustack_worker
-        tasks_from: desired_state.yml
-        public: true
-    - name: Keep the desired state
-      ansible.builtin.copy:
-        content: "{{ gpustack_worker_desired_state | to_json }}"
-        dest: "{out}/desired.json"
-        mode: "0600"
-    # The role's templates with the role's (public) vars: their sha1s must be the desired state's.
+# After the role's desired state (public vars): the role's templates with the role's vars, whose
+# sha1s must be the desired state's.
+RENDER_TASKS = """
     - name: Render the unit
       ansible.builtin.template:
         src: "{roles}/gpustack_worker/templates/{{ 'gpustack-worker.service.j2' if gpustack_worker_runtime == 'container' else 'gpustack.service.j2' }}"
@@ -61,7 +50,9 @@ def render(tmp_path, **extra_vars):
     if not os.path.exists(PLAYBOOK):
         pytest.skip('ansible-playbook not in .venv')
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / 'play.yml').write_text(PLAY.replace('{out}', str(tmp_path)).replace('{roles}', os.path.join(ROOT, 'roles')))
+    play = desired_state_play('kvpin.fleet.gpustack_worker', tmp_path, 'gpustack_worker_desired_state | to_json', public=True)
+    (tmp_path / 'play.yml').write_text(play + RENDER_TASKS.lstrip('\n').replace('{out}', str(tmp_path)).replace(
+        '{roles}', os.path.join(ROOT, 'roles')))
     extra = dict({'gpustack_worker_server_url': 'http://127.0.0.1:30080', 'gpustack_worker_token': 'tok-123456789',
                   'gpustack_worker_environment': ENVIRONMENT}, **extra_vars)
     (tmp_path / 'extra.json').write_text(json.dumps(extra))

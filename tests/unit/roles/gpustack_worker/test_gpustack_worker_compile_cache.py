@@ -14,27 +14,14 @@ import subprocess
 import sys
 
 import pytest
+from role_plays import desired_state_play
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 TOKEN = 'gpustack-token-compilecache-5678'
 
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Desired state
-      ansible.builtin.include_role:
-        name: kvpin.fleet.gpustack_worker
-        tasks_from: desired_state.yml
-        public: true
-    - name: Keep what the role renders
-      ansible.builtin.copy:
-        content: "{{ {'desired': gpustack_worker_desired_state, 'env': _gpustack_worker_env_content,
-                      'unit': _gpustack_worker_unit_content, 'rows': _gpustack_worker_dir_files} | to_json }}"
-        dest: "{out}/rendered.json"
-        mode: "0600"
-"""
+KEEP = ("{'desired': gpustack_worker_desired_state, 'env': _gpustack_worker_env_content, "
+        "'unit': _gpustack_worker_unit_content, 'rows': _gpustack_worker_dir_files} | to_json")
 
 BASE = {
     'gpustack_worker_server_url': 'http://127.0.0.1:30080',
@@ -49,7 +36,7 @@ def run_play(tmp_path, **extra_vars):
         pytest.skip('ansible-playbook not in .venv')
     tmp_path.mkdir(parents=True, exist_ok=True)
     play = tmp_path / 'play.yml'
-    play.write_text(PLAY.replace('{out}', str(tmp_path)))
+    play.write_text(desired_state_play('kvpin.fleet.gpustack_worker', tmp_path, KEEP, 'rendered.json', public=True))
     # The role's contents are rendered lazily (template lookups); outside the role the lookup
     # searches the play's templates/ directory: the role's own, linked.
     templates = tmp_path / 'templates'

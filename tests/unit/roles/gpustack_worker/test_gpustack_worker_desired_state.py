@@ -13,25 +13,12 @@ import subprocess
 import sys
 
 import pytest
+from role_plays import desired_state_play
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 TOKEN = 'gpustack-token-verysecret-1234'
 
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Desired state
-      ansible.builtin.include_role:
-        name: kvpin.fleet.gpustack_worker
-        tasks_from: desired_state.yml
-    - name: Keep it
-      ansible.builtin.copy:
-        content: "{{ gpustack_worker_desired_state | to_json }}"
-        dest: "{out}/desired.json"
-        mode: "0600"
-"""
 
 BASE = {
     'gpustack_worker_server_url': 'http://127.0.0.1:30080',
@@ -45,7 +32,7 @@ def desired_state(tmp_path, **extra_vars):
         pytest.skip('ansible-playbook not in .venv')
     tmp_path.mkdir(parents=True, exist_ok=True)
     play = tmp_path / 'play.yml'
-    play.write_text(PLAY.replace('{out}', str(tmp_path)))
+    play.write_text(desired_state_play('kvpin.fleet.gpustack_worker', tmp_path, 'gpustack_worker_desired_state | to_json'))
     extra = tmp_path / 'extra.json'
     extra.write_text(json.dumps(dict(BASE, **extra_vars)))
     env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_PYTHON_INTERPRETER=sys.executable,

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from role_plays import desired_state_play  # pylint: disable=import-error
 from watchdog_program import PROGRAM, ROOT  # pylint: disable=import-error
 
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
@@ -34,24 +35,7 @@ TARGET = {"name": "llama-70b", "gpustack_deployment": "llama-70b", "gpustack_ser
 PLAIN = {"name": "small", "gpustack_deployment": "small", "gpustack_server": "http://127.0.0.1:9",
          "gpustack_worker_name": "lab-a6000x4"}
 
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Validate
-      ansible.builtin.include_role:
-        name: {role}
-        tasks_from: validate.yml
-    - name: Desired state
-      ansible.builtin.include_role:
-        name: {role}
-        tasks_from: desired_state.yml
-    - name: Keep it
-      ansible.builtin.copy:
-        content: "{{{{ serving_watchdog_desired_state | to_json }}}}"
-        dest: "{out}/desired.json"
-        mode: "0600"
-
+RENDER_PLAY = """
 # vars_files outrank play vars, so the targets come in as extra vars (as in test_watchdog_role.py).
 - hosts: localhost
   gather_facts: false
@@ -76,7 +60,9 @@ PLAY = """
 def _run(tmp_path, targets):
     if not os.path.exists(PLAYBOOK):
         pytest.skip("ansible-playbook not in .venv")
-    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE, out=tmp_path))
+    (tmp_path / "play.yml").write_text(
+        desired_state_play(ROLE, tmp_path, "serving_watchdog_desired_state | to_json", validate=True)
+        + RENDER_PLAY.format(role=ROLE, out=tmp_path))
     (tmp_path / "extra.json").write_text(json.dumps({"ansible_managed": "Ansible managed",
                                                      "serving_watchdog_targets": targets}))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER=sys.executable,

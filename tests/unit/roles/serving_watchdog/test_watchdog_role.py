@@ -17,6 +17,7 @@ import sys
 import pytest
 import yaml
 
+from role_plays import desired_state_play  # pylint: disable=import-error
 from watchdog_program import PROGRAM, ROOT, load_watchdog_program  # pylint: disable=import-error
 
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
@@ -177,31 +178,13 @@ def test_polkit_rule_allows_only_restart_of_one_unit(rendered):
 
 # The role's own validation and desired-state tasks, as site.yml and main.yml run them (no node
 # is touched: both only compute on the controller), at -vvv with a target that holds an API key.
-STATE_PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Validate
-      ansible.builtin.include_role:
-        name: {role}
-        tasks_from: validate.yml
-    - name: Desired state
-      ansible.builtin.include_role:
-        name: {role}
-        tasks_from: desired_state.yml
-    - name: Keep it
-      ansible.builtin.copy:
-        content: "{{{{ serving_watchdog_desired_state | to_json }}}}"
-        dest: "{out}/desired.json"
-        mode: "0600"
-"""
 
 
 def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, rendered):
     if not os.path.exists(PLAYBOOK):
         pytest.skip("ansible-playbook not in .venv")
     play = tmp_path / "play.yml"
-    play.write_text(STATE_PLAY.format(role=ROLE, out=tmp_path))
+    play.write_text(desired_state_play(ROLE, tmp_path, "serving_watchdog_desired_state | to_json", validate=True))
     extra = tmp_path / "extra.json"
     extra.write_text(json.dumps(EXTRA))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
