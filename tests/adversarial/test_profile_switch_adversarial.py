@@ -9,18 +9,15 @@ change, and the API key in no message."""
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import io
 import json
 import os
-import sys
 import threading
 import time
 
 import pytest
+from watchdog_program import load_watchdog_program  # pylint: disable=import-error
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
 SECRET = "gpustack_switch_s3cr3t"
 DAY = ["--max-num-seqs=64"]
 NIGHT = ["--max-num-seqs=4", "--max-model-len=32768"]
@@ -28,12 +25,7 @@ NIGHT = ["--max-num-seqs=4", "--max-model-len=32768"]
 
 @pytest.fixture(scope="module")
 def wd():
-    if "kvpin_watchdog" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("kvpin_watchdog", PROGRAM)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["kvpin_watchdog"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["kvpin_watchdog"]
+    return load_watchdog_program()
 
 
 class Hostile:

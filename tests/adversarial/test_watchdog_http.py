@@ -7,7 +7,6 @@ meanwhile), oversize bodies are refused, a redirect is never followed with the A
 redirected DELETE is a failure naming the Location), and a malformed key is refused unprinted."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -18,20 +17,14 @@ import threading
 import time
 
 import pytest
+from watchdog_program import PROGRAM, load_watchdog_program  # pylint: disable=import-error
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
 SECRET = "gpustack_tok_s3cr3t"
 
 
 @pytest.fixture(scope="module")
 def wd():
-    if "kvpin_watchdog" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("kvpin_watchdog", PROGRAM)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["kvpin_watchdog"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["kvpin_watchdog"]
+    return load_watchdog_program()
 
 
 class RawServer:
