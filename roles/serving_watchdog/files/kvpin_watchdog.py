@@ -2107,14 +2107,13 @@ def profile_marker_path(cfg: Dict[str, object]) -> str:
     return os.path.join(directory, "profile-switch-%s.json" % cfg["name"])
 
 
-def write_profile_marker(cfg: Dict[str, object], record: Dict[str, object]) -> str:
-    path = profile_marker_path(cfg)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".profile-switch-", suffix=".tmp", dir=directory)
+def write_file_atomically(path: str, text: str, prefix: str) -> str:
+    """Write ``text`` to ``path`` (mode 0644) through a temporary file in its directory, so a
+    reader sees the old file or the new one, never half of one; returns ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, sort_keys=True))
+            handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -2122,6 +2121,13 @@ def write_profile_marker(cfg: Dict[str, object], record: Dict[str, object]) -> s
             os.unlink(tmp)
         raise
     return path
+
+
+def write_profile_marker(cfg: Dict[str, object], record: Dict[str, object]) -> str:
+    path = profile_marker_path(cfg)
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    return write_file_atomically(path, json.dumps(record, sort_keys=True), ".profile-switch-")
 
 
 def remove_profile_marker(cfg: Dict[str, object]) -> None:
@@ -2404,17 +2410,7 @@ def write_textfile(directory: str, target: str, text: str) -> str:
     os.makedirs(directory, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", target)
     final = os.path.join(directory, "kvpin_watchdog_%s.prom" % safe)
-    fd, tmp = tempfile.mkstemp(prefix=".kvpin_watchdog_", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, final)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return final
+    return write_file_atomically(final, text, ".kvpin_watchdog_")
 
 
 class DeploymentSensor:
