@@ -9,35 +9,17 @@ benchmark module and the data file, runs no plan outside the benchmark's own fun
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
+from benchmark_loader import load_benchmark  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH_DIR = os.path.join(ROOT, 'benchmarks')
 DATA = os.path.join(BENCH_DIR, 'data')
 
-
-def _load_benchmark(name):
-    """The benchmark script as a module (its ``import _setup`` / ``_splits`` need benchmarks/ on
-    sys.path, as when it runs as a script)."""
-    added = BENCH_DIR not in sys.path
-    if added:
-        sys.path.insert(0, BENCH_DIR)
-    try:
-        spec = importlib.util.spec_from_file_location('kvpin_test_' + name, os.path.join(BENCH_DIR, name + '.py'))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if added:
-            sys.path.remove(BENCH_DIR)
-    return module
-
-
-bench = _load_benchmark('bench_accuracy_vllm')
+bench = load_benchmark('bench_accuracy_vllm')
 
 
 def _entries():

@@ -15,11 +15,11 @@ import copy
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
+from benchmark_loader import load_benchmark  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, 'benchmarks', 'data')
@@ -35,23 +35,6 @@ def _load_splits():
 
 
 splits = _load_splits()
-
-
-def _load_benchmark(name):
-    """A benchmark script as a module (its ``import _setup`` / ``_splits`` need benchmarks/
-    on sys.path, as when it runs as a script)."""
-    bench_dir = os.path.join(ROOT, 'benchmarks')
-    added = bench_dir not in sys.path
-    if added:
-        sys.path.insert(0, bench_dir)
-    try:
-        spec = importlib.util.spec_from_file_location('kvpin_' + name, os.path.join(bench_dir, name + '.py'))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if added:
-            sys.path.remove(bench_dir)
-    return module
 
 
 BENCHMARKS = {
@@ -179,7 +162,7 @@ def test_vllm_held_out_rows_log_their_util():
 def test_each_benchmark_has_scored_held_out_rows():
     vllm_held = [e for e in _entries('vllm') if e['split'] == 'held_out']
     assert [e for e in vllm_held if e['kv_cache_gib'] is not None], 'no held-out vLLM KV row'
-    bench = _load_benchmark('bench_accuracy_llamacpp')
+    bench = load_benchmark('bench_accuracy_llamacpp')
     rebuilt = [e for e in _entries('llamacpp') if e['split'] == 'held_out'
                and not isinstance(bench.scenario(e), str)
                and (e.get('per_device_mib') or e.get('oom') in (True, False))]
