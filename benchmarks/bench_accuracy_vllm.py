@@ -235,8 +235,19 @@ def score(entries, sources):
                             version_text=version_text, naive_kv=naive_kv, naive_fits=naive_fits,
                             kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
                             kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
-                            started=entry['startup_outcome'] == 'started', split=split, why=why))
+                            started=entry_served(entry), split=split, why=why))
     return records, unplanned
+
+
+def entry_served(entry):
+    """Whether the logged run served: it started, and did not die of CUDA OOM at its first requests.
+
+    The planner's "feasible" promises an engine that serves without running out of memory, not one
+    that only gets through startup: a run whose log shows the engine up and then a CUDA OOM in its
+    first generate() (``runtime_outcome`` starting with ``cuda_oom``) is a run that did not fit."""
+    if entry['startup_outcome'] != 'started':
+        return False
+    return not str(entry.get('runtime_outcome') or '').startswith('cuda_oom')
 
 
 HEADER = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
@@ -460,7 +471,7 @@ def acceptance_lines(records, unplanned=()):
         print('not planned: %d runs (counted in no target above): with them %d runs, %d failed starts, '
               '%d card classes: %s' % (
                   len(unplanned), len(records) + len(unplanned),
-                  failures + sum(1 for e, _why in unplanned if e['startup_outcome'] != 'started'),
+                  failures + sum(1 for e, _why in unplanned if not entry_served(e)),
                   len(all_classes), ', '.join(all_classes)))
         for entry, why in unplanned:
             print('  not planned: %s [%s, vLLM %s, TP%d]: %s' % (
