@@ -30,8 +30,8 @@ from typing import Dict, List, Optional
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, GGUFLayout, ModelSpec)
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError, Traffic)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -326,7 +326,7 @@ def derive_gguf_layout(spec, quantization):
         else:
             output_bytes += size
     kinds = spec.layer_kinds
-    kv_heads = [0 if k == LAYER_NO_KV else spec.num_kv_heads for k in kinds]
+    kv_heads = [spec.num_kv_heads if kind_of(k).caches_kv else 0 for k in kinds]
     layout = GGUFLayout(
         file_type='MOSTLY_' + ftype, block_bytes=blocks, input_bytes=input_bytes,
         output_bytes=output_bytes, output_tied=tied, key_length=spec.head_dim,
@@ -365,35 +365,9 @@ def swa_cells(full_cells, n_swa, parallel, n_ubatch, padding, unified=False):
     return min(full_cells, pad_to(n_swa * n_seq + n_ubatch, padding))
 
 
-@dataclass(frozen=True)
-class LayerKV:
-    n_embd_k_gqa: int
-    n_embd_v_gqa: int
-    sliding: bool
-
-
 def layer_kv_dims(spec, layout=None):
     """Per block: K and V values per cell (llama-hparams n_embd_k_gqa / n_embd_v_gqa)."""
-    dims = []
-    for il, kind in enumerate(spec.layer_kinds):
-        if kind == LAYER_NO_KV:
-            dims.append(LayerKV(0, 0, False))
-        elif kind == LAYER_MLA and layout is None:
-            # no file: assume an MLA-converted GGUF (llama.cpp#12801, Apr 2025): one latent
-            # head, K = kv_lora_rank + rope dims, V = kv_lora_rank. A file keeps its own
-            # key/value lengths: older DeepSeek GGUFs cache K 128 x 192 / V 128 x 128
-            # (gpustack#1126: 640 MiB per layer at 8192 cells).
-            rank = int(spec.kv_lora_rank or 0)
-            dims.append(LayerKV(rank + int(spec.qk_rope_head_dim or 0), rank, False))
-        else:
-            if layout is not None:
-                heads = layout.kv_heads_per_layer[il]
-                dims.append(LayerKV(layout.key_length * heads, layout.value_length * heads,
-                                    kind == LAYER_SLIDING))
-            else:
-                n = spec.head_dim * spec.num_kv_heads
-                dims.append(LayerKV(n, n, kind == LAYER_SLIDING))
-    return dims
+    return [kind_of(kind).llamacpp_dims(spec, layout, il) for il, kind in enumerate(spec.layer_kinds)]
 
 
 def kv_layer_bytes(dims, cells, cells_swa, cache_type_k, cache_type_v):
@@ -871,10 +845,10 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
     # --- shapes
     padding = profile.kv_padding(flash_attn)
     cells = kv_cells(ctx_size, parallel, padding)
-    has_swa = any(k == LAYER_SLIDING for k in spec.layer_kinds)
+    has_swa = any(kind_of(k).slides for k in spec.layer_kinds)
     cells_s = swa_cells(cells, int(spec.sliding_window or 0), parallel, ubatch, padding) if has_swa else 0
     dims = layer_kv_dims(spec, layout if spec.gguf is not None else None)
-    if any(k == LAYER_NO_KV for k in spec.layer_kinds):
+    if not all(kind_of(k).caches_kv for k in spec.layer_kinds):
         warnings.append('layers without KV (recurrent state) are charged nothing for state; '
                         'recurrent state memory is not modelled')
     ff_live = (spec.num_experts_per_tok * spec.moe_intermediate_size if spec.num_experts

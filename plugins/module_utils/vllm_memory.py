@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Dict, List
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING)
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
+    LAYER_FULL, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -236,23 +236,10 @@ def util_bytes(total, util):
 
 
 # ---------------------------------------------------------------- KV cache
-def kv_heads_per_gpu(spec, tp):
-    """KV heads one rank stores: replicated when fewer than TP (vLLM get_num_kv_heads)."""
-    return max(1, spec.num_kv_heads // tp)
-
-
-def layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes):
-    if kind in (LAYER_FULL, LAYER_SLIDING):
-        return 2 * kv_heads_per_gpu(spec, tp) * spec.head_dim * kv_dtype_bytes
-    if kind == LAYER_MLA:
-        # latent + rope key, no separate V, replicated on every TP rank
-        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_dtype_bytes
-    return 0
-
-
+# Bytes and blocks per layer kind: attention_kinds.
 def kv_bytes_per_token(spec, tp, kv_dtype_bytes):
     """Per-GPU KV bytes for one token over all layers (Llama-3.3-70B bf16 TP1: 327,680)."""
-    return sum(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in spec.layer_kinds)
+    return sum(kind_of(kind).vllm_bytes_per_token(spec, tp, kv_dtype_bytes) for kind in spec.layer_kinds)
 
 
 @dataclass
@@ -269,24 +256,19 @@ class KvLayout:
 
     @property
     def hybrid(self):
-        return len(self.groups) > 1 or any(k == LAYER_SLIDING for k in self.groups)
+        return len(self.groups) > 1 or any(kind_of(k).slides for k in self.groups)
 
     def blocks_per_request(self, tokens):
         """Blocks one request of ``tokens`` tokens holds (kv_cache_interface max_memory_usage)."""
-        blocks = 0
-        for kind, count in self.groups.items():
-            if kind == LAYER_SLIDING:
-                held = min(self.sliding_window - 1 + self.max_num_batched_tokens, tokens)
-                blocks += count * (_cdiv(held, self.block_size) + 1)
-            else:
-                blocks += count * _cdiv(tokens, self.block_size)
-        return blocks
+        return sum(count * kind_of(kind).vllm_blocks_per_request(tokens, self.block_size, self.sliding_window,
+                                                                  self.max_num_batched_tokens)
+                   for kind, count in self.groups.items())
 
 
 def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
     counts = {}
     for kind in spec.layer_kinds:
-        if kind != LAYER_NO_KV:
+        if kind_of(kind).caches_kv:
             counts[kind] = counts.get(kind, 0) + 1
     per_token = kv_bytes_per_token(spec, tp, kv_dtype_bytes)
     if not counts:
@@ -297,19 +279,13 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
         group_size = counts[kind]
         groups = {kind: 1}
         bytes_per_block = block_size * per_token
-        if kind == LAYER_SLIDING:
-            rule = ('all %d layers use a %d-token sliding window: a request holds at most '
-                    'min(window - 1 + max_num_batched_tokens, len) tokens + 1 block'
-                    % (group_size, spec.sliding_window))
-        else:
-            rule = 'one KV group of %d layers: a request of L tokens holds ceil(L / %d) blocks' % (
-                group_size, block_size)
+        rule = kind_of(kind).vllm_group_rule(spec, group_size, block_size)
     else:
         # Hybrid KV cache manager: groups of equal layer count share one block pool; a block id
         # is one page in every group tensor, so bytes_per_block sums the largest group's layers.
         group_size = min(counts.values())
         groups = {kind: _cdiv(n, group_size) for kind, n in counts.items()}
-        page_per_layer = max(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in counts)
+        page_per_layer = max(kind_of(kind).vllm_bytes_per_token(spec, tp, kv_dtype_bytes) for kind in counts)
         bytes_per_block = block_size * group_size * page_per_layer
         rule = ('hybrid KV manager: %s, groups of %d layers share one block pool (%s per block); '
                 'full groups hold ceil(L / bs) blocks per request, sliding groups '
@@ -323,7 +299,7 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
 
 # ---------------------------------------------------------------- weights
 def _attention_layers(spec):
-    return sum(1 for k in spec.layer_kinds if k in (LAYER_FULL, LAYER_SLIDING))
+    return sum(1 for k in spec.layer_kinds if kind_of(k).kv_heads)
 
 
 # Compute capability by card name, for GPUs whose facts carry no compute_capability: the
@@ -728,9 +704,9 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
     reasons = {}
     block_size = knobs.get('block_size')
     if block_size is None:
-        if LAYER_MLA in spec.layer_kinds:
-            block_size = prof.MLA_BLOCK_SIZE
-            reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
+        forced = vllm_forced_block_size(spec.layer_kinds)
+        if forced is not None:
+            block_size, reasons['block_size'] = forced
         else:
             block_size = prof.default_block_size(version)
     first = gpus[0]
