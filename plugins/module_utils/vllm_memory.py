@@ -21,7 +21,7 @@ of the card. Every estimated term below says what it was fitted on. Public entry
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
     LAYER_FULL, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
@@ -695,12 +695,36 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
     }
 
 
-def _evaluate(ctx, tp, kv_dtype, max_model_len):
-    """The whole memory picture for one TP and KV dtype: util (user or derived), max_num_seqs
-    (user or derived), per-GPU GpuMemory, usable blocks (min over GPUs), shortfalls."""
-    spec, knobs, version, acct, traffic = ctx.spec, ctx.knobs, ctx.version, ctx.acct, ctx.traffic
-    gpus = ctx.gpus[:tp]
-    kv_bytes = prof.kv_cache_dtype_bytes(kv_dtype, version, spec.dtype_bytes)
+@dataclass(frozen=True)
+class _EvalSetup:
+    """What one evaluation (one TP, one KV dtype) fixes before any max_num_seqs is tried."""
+    tp: int
+    kv_dtype: str
+    gpus: List[dict]
+    cudas: List[object]              # cuda_total per GPU
+    block_size: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    layout: KvLayout
+    user_ms: Optional[int]
+    ms_upper: int                    # the largest max_num_seqs considered
+    pinned_user: Optional[int]       # --kv-cache-memory-bytes set by the user
+    cold_applies: bool               # V1 compiles inside its profile run (cold-compile margin)
+    pin_wanted: bool                 # pin the planned KV in bytes
+    weights: int
+    w_terms: Dict[str, int]
+    w_explain: str
+    non_torch_growth: int
+    tp_workspace: int
+    util: float
+    derived_util: float
+    reasons: Dict[str, str]          # block size, batching and utilization reasons, in that order
+
+
+def _batch_settings(ctx, max_model_len):
+    """Block size, chunked prefill and max_num_batched_tokens: the user's, else this version's
+    defaults; returns them with their reasons."""
+    spec, knobs, version, acct = ctx.spec, ctx.knobs, ctx.version, ctx.acct
     reasons = {}
     block_size = knobs.get('block_size')
     if block_size is None:
@@ -709,7 +733,7 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             block_size, reasons['block_size'] = forced
         else:
             block_size = prof.default_block_size(version)
-    first = gpus[0]
+    first = ctx.gpus[0]
     chunked = True
     mnbt = knobs.get('max_num_batched_tokens')
     if acct.engine == 'v0':
@@ -729,183 +753,237 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             mnbt = knobs['max_num_seqs']
             reasons['max_num_batched_tokens'] = ('raised to max_num_seqs %d: vLLM requires '
                                                  'max_num_batched_tokens >= max_num_seqs' % mnbt)
+    return block_size, chunked, mnbt, reasons
+
+
+def _graph_for(ctx, tp, gpus, mnbt, ms):
+    """The CUDA graph pool (bytes, terms, explanation) with ``ms`` sequences."""
+    sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(ctx.version, ms, mnbt)
+    return cuda_graph_pool(ctx.spec, tp, sizes, gpus[0].get('name'))
+
+
+def _utilization(ctx, tp, gpus, cudas, graph_upper):
+    """(util, derived util, reason): the user's, else the largest whole percent that leaves what vLLM
+    holds outside the budget room on every GPU (with the largest graph pool considered, so the
+    capture-size-dependent pool is not under-counted)."""
+    acct, version = ctx.acct, ctx.version
+    derived = None
+    for gpu, cuda in zip(gpus, cudas):
+        total = cuda.cuda_total
+        required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu, graph_upper)[2]
+        util_here = floor_util(total - required, total)
+        derived = util_here if derived is None else min(derived, util_here)
+    user_util = ctx.knobs.get('gpu_memory_utilization')
+    if user_util is not None:
+        return user_util, derived, 'set by the user (%.2f); the safe maximum here is %.2f' % (user_util, derived)
+    return derived, derived, (
+        'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
+        'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
+            derived, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
+            prof.default_gpu_memory_utilization(version), version))
+
+
+def _eval_setup(ctx, tp, kv_dtype, max_model_len):
+    spec, knobs, version, acct, traffic = ctx.spec, ctx.knobs, ctx.version, ctx.acct, ctx.traffic
+    gpus = ctx.gpus[:tp]
+    kv_bytes = prof.kv_cache_dtype_bytes(kv_dtype, version, spec.dtype_bytes)
+    block_size, chunked, mnbt, reasons = _batch_settings(ctx, max_model_len)
     layout = kv_layout(spec, tp, kv_bytes, block_size, mnbt)
     user_ms = knobs.get('max_num_seqs')
     ms_upper = user_ms if user_ms is not None else max(1, min(traffic.max_concurrency, mnbt))
-    user_util = knobs.get('gpu_memory_utilization')
     pinned_user = knobs.get('kv_cache_memory_bytes')
     pin_knob = knobs.get('pin_kv_cache_memory')
-    # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
-    cold_applies = acct.engine != 'v0'
     pin_wanted = pinned_user is None and (
         pin_knob if pin_knob is not None else prof.kv_bytes_pin_default(version)[0])
     weights, w_terms, w_explain = weights_per_gpu(spec, tp, gpus[0], version)
-    non_torch_growth = 0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES
-    tp_workspace = TP_WORKSPACE_BYTES if tp > 1 else 0
-
-    def graph_for(ms):
-        sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(version, ms, mnbt)
-        return cuda_graph_pool(spec, tp, sizes, gpus[0].get('name'))
-
-    # Outside terms and the derived utilization (with the largest max_num_seqs considered,
-    # so the capture-size-dependent graph pool is not under-counted).
-    derived = None
     cudas = [cuda_total_of(gpu, position) for position, gpu in enumerate(gpus)]
-    for gpu, cuda in zip(gpus, cudas):
-        total = cuda.cuda_total
-        required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu, graph_for(ms_upper)[0])[2]
-        util_here = floor_util(total - required, total)
-        derived = util_here if derived is None else min(derived, util_here)
-    if user_util is not None:
-        util = user_util
-        reasons['gpu_memory_utilization'] = 'set by the user (%.2f); the safe maximum here is %.2f' % (
-            util, derived)
+    util, derived, reasons['gpu_memory_utilization'] = _utilization(
+        ctx, tp, gpus, cudas, _graph_for(ctx, tp, gpus, mnbt, ms_upper)[0])
+    return _EvalSetup(
+        tp=tp, kv_dtype=kv_dtype, gpus=gpus, cudas=cudas, block_size=block_size, max_num_batched_tokens=mnbt,
+        chunked_prefill=chunked, layout=layout, user_ms=user_ms, ms_upper=ms_upper, pinned_user=pinned_user,
+        # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
+        cold_applies=acct.engine != 'v0', pin_wanted=pin_wanted,
+        weights=weights, w_terms=w_terms, w_explain=w_explain,
+        non_torch_growth=0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES,
+        tp_workspace=TP_WORKSPACE_BYTES if tp > 1 else 0, util=util, derived_util=derived, reasons=reasons)
+
+
+def _kv_row(ctx, setup, gpu, cuda, ms, cold_margin):
+    """One GPU's charged terms and KV blocks with ``ms`` sequences; with ``cold_margin`` the KV
+    budget is the one a cold torch.compile leaves."""
+    spec, acct, tp, mnbt = ctx.spec, ctx.acct, setup.tp, setup.max_num_batched_tokens
+    total = cuda.cuda_total
+    nccl = nccl_buffer_bytes(tp, gpu.get('name'))
+    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, ctx.version)
+    graph, g_terms, g_explain = _graph_for(ctx, tp, setup.gpus, mnbt, ms)
+    inside_nt = setup.non_torch_growth + setup.tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
+        CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
+    charged = setup.weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
+    cold = 0
+    ext = None
+    if setup.pinned_user is not None:
+        kv_budget = setup.pinned_user
+    elif ctx.extensible:
+        ext = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph,
+                                act + (graph if ctx.graphs_inside else 0))
+        kv_budget = ext['kv']
+        charged = ext['consumed'] + ext['transient']
     else:
-        util = derived
-        reasons['gpu_memory_utilization'] = (
-            'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
-            'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
-                util, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
-                prof.default_gpu_memory_utilization(version), version))
+        kv_budget = util_bytes(total, setup.util) - charged
+        if cold_margin:
+            cold = cold_compile_margin_bytes(kv_budget)
+            kv_budget -= cold
+    blocks = max(0, kv_budget) // setup.layout.bytes_per_block
+    return dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
+                a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
+                inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
+                cold=cold, ext=ext)
 
-    def blocks_for(ms, cold_margin):
-        """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs; with
-        ``cold_margin`` the KV budget is the one a cold torch.compile leaves."""
-        rows = []
-        for gpu, cuda in zip(gpus, cudas):
-            total = cuda.cuda_total
-            nccl = nccl_buffer_bytes(tp, gpu.get('name'))
-            act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, version)
-            graph, g_terms, g_explain = graph_for(ms)
-            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
-                CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
-            charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
-            cold = 0
-            ext = None
-            if pinned_user is not None:
-                kv_budget = pinned_user
-            elif ctx.extensible:
-                ext = extensible_sizing(acct, tp, gpu, total, util, weights + inside_nt + graph,
-                                        act + (graph if ctx.graphs_inside else 0))
-                kv_budget = ext['kv']
-                charged = ext['consumed'] + ext['transient']
-            else:
-                kv_budget = util_bytes(total, util) - charged
-                if cold_margin:
-                    cold = cold_compile_margin_bytes(kv_budget)
-                    kv_budget -= cold
-            blocks = max(0, kv_budget) // layout.bytes_per_block
-            rows.append(dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
-                             a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
-                             inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
-                             cold=cold, ext=ext))
-        fewest = min(r['blocks'] for r in rows)
-        usable = fewest - acct.held_back_blocks(fewest)
-        return max(0, usable), rows
 
+def _kv_rows(ctx, setup, ms, cold_margin):
+    """Usable blocks (min over GPUs, less what the engine holds back) and the per-GPU rows."""
+    rows = [_kv_row(ctx, setup, gpu, cuda, ms, cold_margin) for gpu, cuda in zip(setup.gpus, setup.cudas)]
+    fewest = min(r['blocks'] for r in rows)
+    usable = fewest - ctx.acct.held_back_blocks(fewest)
+    return max(0, usable), rows
+
+
+def _max_num_seqs(ctx, setup, max_model_len):
+    """(max_num_seqs, usable blocks, rows, reason): the user's, else the declared concurrency,
+    lowered to what the KV pool holds."""
+    traffic, layout = ctx.traffic, setup.layout
+    cold = setup.cold_applies and not setup.pin_wanted
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
     seq_blocks = layout.blocks_per_request(seq_tokens)
-    if user_ms is not None:
-        ms = user_ms
-        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        reasons['max_num_seqs'] = 'set by the user (%d)' % ms
-    else:
-        ms = ms_upper
-        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        fit = usable // seq_blocks
-        if fit < ms:
-            # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
-            ms = max(1, fit)
-            usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        reasons['max_num_seqs'] = (
-            'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
-            '= %d: the declared traffic cannot oversubscribe the KV pool' % (
-                traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
-    pinned_bytes = pinned_user or 0
-    if pin_wanted and usable <= 0:
-        # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
-        pin_wanted = False
-        usable, rows = blocks_for(ms, cold_applies)
-    if pin_wanted:
-        # the planned pool, never more than the util budget left after the charged terms
-        pinned_bytes = (usable + (1 if acct.holds_null_block else 0)) * layout.bytes_per_block
+    if setup.user_ms is not None:
+        usable, rows = _kv_rows(ctx, setup, setup.user_ms, cold)
+        return setup.user_ms, usable, rows, 'set by the user (%d)' % setup.user_ms
+    ms = setup.ms_upper
+    usable, rows = _kv_rows(ctx, setup, ms, cold)
+    fit = usable // seq_blocks
+    if fit < ms:
+        # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
+        ms = max(1, fit)
+        usable, rows = _kv_rows(ctx, setup, ms, cold)
+    return ms, usable, rows, (
+        'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
+        '= %d: the declared traffic cannot oversubscribe the KV pool' % (
+            traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
 
-    memory = []
-    not_fitting = []
-    slack_min = None
-    vram_claim = system_reserved = 0
-    charges_fit = True
-    for row in rows:
-        total, gpu = row['total'], row['gpu']
-        kv_alloc = row['blocks'] * layout.bytes_per_block
-        outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu,
-                                                            row['graph'])
-        margin = safety_margin_bytes(row['cuda'].nvml_total)
-        if pinned_bytes:
-            budget = row['charged'] + pinned_bytes
-            kv_alloc = pinned_bytes
-            row['kv_budget'] = pinned_bytes
-        else:
-            budget = util_bytes(total, util)
-        resident = budget + outside_resident
-        headroom = total - resident
-        slack = total - budget
-        slack_min = slack if slack_min is None else min(slack_min, slack)
-        if slack < required:
-            parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
-            parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
-            if pinned_bytes:
-                text = ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
-                        'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
-                                           ' + '.join(parts), _gib(budget + required), _gib(total)))
-            else:
-                text = ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
-                    ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
-            not_fitting.append((row, text))
-        if row['charged'] >= util_bytes(total, util) and not pinned_bytes:
-            charges_fit = False
-        terms = dict(w_terms)
-        terms.update(row['a_terms'])
-        terms.update(row['g_terms'])
-        terms.update({
-            'non_torch_growth': non_torch_growth, 'tp_workspaces': tp_workspace,
-            'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
-            'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
-            'kv_budget': row['kv_budget'], 'cold_compile_margin': row['cold'],
-            'kv_bytes_per_token': layout.bytes_per_token,
-            'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
-            'outside_required': required,
-            'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
-        })
-        terms.update(('outside_' + name, size) for name, size in outside.items())
-        if row['ext']:
-            terms['extensible_margin'] = row['ext']['margin']
-            terms['extensible_transient_peak'] = row['ext']['transient']
-        explain = _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
-                           non_torch_growth, tp_workspace, margin)
-        if row['ext']:
-            explain['budget'] = row['ext']['explain_budget']
-            explain['kv_cache'] = '%s; %s' % (row['ext']['explain_kv'], explain['kv_cache'])
-        memory.append(GpuMemory(
-            index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
-            weights=weights, activation=row['act'], non_torch=row['inside_nt'],
-            cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=headroom, terms=terms,
-            explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda'])))
-        vram_claim = max(vram_claim, resident)
-        system_reserved = max(system_reserved, required)
-    # GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to
-    grouped = {}
-    for row, text in not_fitting:
-        grouped.setdefault(text, []).append(str(row['gpu'].get('index', '?')))
-    not_fitting = ['GPU %s: %s' % (', '.join(idx), text) for text, idx in grouped.items()]
+
+def _pinned_kv(ctx, setup, ms, usable, rows):
+    """(pinned KV bytes or 0, usable, rows): the planned pool pinned in bytes where wanted, never
+    more than the util budget left after the charged terms."""
+    null_block = 1 if ctx.acct.holds_null_block else 0
+    if not setup.pin_wanted:
+        return setup.pinned_user or 0, usable, rows
+    if usable <= 0:
+        # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
+        usable, rows = _kv_rows(ctx, setup, ms, setup.cold_applies)
+        return 0, usable, rows
+    return (usable + null_block) * setup.layout.bytes_per_block, usable, rows
+
+
+@dataclass(frozen=True)
+class _GpuOutcome:
+    """One GPU of an evaluation: its memory, what does not fit there, and the node-level figures."""
+    memory: GpuMemory
+    shortfall: Optional[str]
+    resident: int                    # budget + outside resident terms (the VRAM claim)
+    required: int                    # outside terms + buffer + margin (system_reserved)
+    slack: int                       # total - budget
+    charges_fit: bool
+
+
+def _shortfall(ctx, util, outside, margin, budget, required, slack, total, pinned_bytes):
+    """Why the outside terms do not fit next to the budget on one GPU (None when they do)."""
+    if slack >= required:
+        return None
+    parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
+    parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
     if pinned_bytes:
-        usable = pinned_bytes // layout.bytes_per_block - (1 if acct.holds_null_block else 0)
-    return _Eval(tp=tp, kv_dtype=kv_dtype, util=util, max_num_seqs=ms, max_num_batched_tokens=mnbt,
-                 block_size=block_size, layout=layout, memory=memory, num_blocks=max(0, usable),
-                 kv_cache_memory_bytes=pinned_bytes, slack=slack_min, charges_fit=charges_fit,
-                 not_fitting=not_fitting, reasons=reasons, derived_util=derived,
-                 graphs_inside=ctx.graphs_inside, vram_claim=vram_claim, system_reserved=system_reserved,
-                 chunked_prefill=chunked, extensible=ctx.extensible)
+        return ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
+                'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
+                                   ' + '.join(parts), _gib(budget + required), _gib(total)))
+    return ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
+        ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
+
+
+def _gpu_outcome(ctx, setup, row, pinned_bytes):
+    total, gpu, util, layout = row['total'], row['gpu'], setup.util, setup.layout
+    outside, outside_resident, required = outside_terms(ctx.acct, ctx.graphs_inside or ctx.extensible,
+                                                        setup.tp, gpu, row['graph'])
+    margin = safety_margin_bytes(row['cuda'].nvml_total)
+    if pinned_bytes:
+        budget = row['charged'] + pinned_bytes
+        kv_alloc = kv_budget = pinned_bytes
+    else:
+        budget = util_bytes(total, util)
+        kv_alloc, kv_budget = row['blocks'] * layout.bytes_per_block, row['kv_budget']
+    resident = budget + outside_resident
+    slack = total - budget
+    terms = dict(setup.w_terms)
+    terms.update(row['a_terms'])
+    terms.update(row['g_terms'])
+    terms.update({
+        'non_torch_growth': setup.non_torch_growth, 'tp_workspaces': setup.tp_workspace,
+        'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
+        'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
+        'kv_budget': kv_budget, 'cold_compile_margin': row['cold'],
+        'kv_bytes_per_token': layout.bytes_per_token,
+        'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
+        'outside_required': required,
+        'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
+    })
+    terms.update(('outside_' + name, size) for name, size in outside.items())
+    if row['ext']:
+        terms['extensible_margin'] = row['ext']['margin']
+        terms['extensible_transient_peak'] = row['ext']['transient']
+    explain = _explain(ctx, setup.tp, gpu, row, layout, setup.kv_dtype, util, pinned_bytes, setup.w_explain,
+                       setup.non_torch_growth, setup.tp_workspace, margin)
+    if row['ext']:
+        explain['budget'] = row['ext']['explain_budget']
+        explain['kv_cache'] = '%s; %s' % (row['ext']['explain_kv'], explain['kv_cache'])
+    memory = GpuMemory(
+        index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
+        weights=setup.weights, activation=row['act'], non_torch=row['inside_nt'],
+        cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=total - resident, terms=terms,
+        explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda']))
+    return _GpuOutcome(
+        memory=memory, shortfall=_shortfall(ctx, util, outside, margin, budget, required, slack, total, pinned_bytes),
+        resident=resident, required=required, slack=slack,
+        charges_fit=not (row['charged'] >= util_bytes(total, util) and not pinned_bytes))
+
+
+def _grouped_shortfalls(rows, outcomes):
+    """GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to."""
+    grouped = {}
+    for row, outcome in zip(rows, outcomes):
+        if outcome.shortfall is not None:
+            grouped.setdefault(outcome.shortfall, []).append(str(row['gpu'].get('index', '?')))
+    return ['GPU %s: %s' % (', '.join(idx), text) for text, idx in grouped.items()]
+
+
+def _evaluate(ctx, tp, kv_dtype, max_model_len):
+    """The whole memory picture for one TP and KV dtype: util (user or derived), max_num_seqs
+    (user or derived), per-GPU GpuMemory, usable blocks (min over GPUs), shortfalls."""
+    setup = _eval_setup(ctx, tp, kv_dtype, max_model_len)
+    ms, usable, rows, ms_reason = _max_num_seqs(ctx, setup, max_model_len)
+    pinned_bytes, usable, rows = _pinned_kv(ctx, setup, ms, usable, rows)
+    outcomes = [_gpu_outcome(ctx, setup, row, pinned_bytes) for row in rows]
+    if pinned_bytes:
+        usable = pinned_bytes // setup.layout.bytes_per_block - (1 if ctx.acct.holds_null_block else 0)
+    return _Eval(tp=tp, kv_dtype=kv_dtype, util=setup.util, max_num_seqs=ms,
+                 max_num_batched_tokens=setup.max_num_batched_tokens, block_size=setup.block_size,
+                 layout=setup.layout, memory=[o.memory for o in outcomes], num_blocks=max(0, usable),
+                 kv_cache_memory_bytes=pinned_bytes, slack=min(o.slack for o in outcomes),
+                 charges_fit=all(o.charges_fit for o in outcomes),
+                 not_fitting=_grouped_shortfalls(rows, outcomes),
+                 reasons=dict(setup.reasons, max_num_seqs=ms_reason), derived_util=setup.derived_util,
+                 graphs_inside=ctx.graphs_inside, vram_claim=max([0] + [o.resident for o in outcomes]),
+                 system_reserved=max([0] + [o.required for o in outcomes]),
+                 chunked_prefill=setup.chunked_prefill, extensible=ctx.extensible)
 
 
 def _fits_one_sequence(ev, max_model_len):
