@@ -49,10 +49,12 @@ def kv_heads_per_gpu(spec, tp):
 class FullAttention:
     """GQA/MHA attention over the whole context (vLLM FullAttentionSpec)."""
     name = LAYER_FULL
+    label = 'full attention'
     caches_kv = True         # keeps K/V per token (a recurrent state is not a KV cache)
     kv_heads = True          # K and V projections per KV head: needs num_kv_heads >= 1
     slides = False
     vllm_block_size = None   # the engine's default block size
+    v0_kind = LAYER_FULL     # what vLLM's V0 engine (no hybrid KV manager) caches: None, not modelled there
 
     def vllm_bytes_per_token(self, spec, tp, kv_dtype_bytes):
         return 2 * kv_heads_per_gpu(spec, tp) * spec.head_dim * kv_dtype_bytes
@@ -80,7 +82,10 @@ class FullAttention:
 class SlidingWindowAttention(FullAttention):
     """Attention over the last ``sliding_window`` tokens (vLLM SlidingWindowSpec)."""
     name = LAYER_SLIDING
+    label = 'sliding-window attention'
     slides = True
+    # V0 turns interleaved windows off and frees only whole blocks behind a uniform one: full is the bound
+    v0_kind = LAYER_FULL
 
     def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens):
         # kv_cache_interface SlidingWindowSpec.max_memory_usage_bytes: one block more than the window needs
@@ -97,9 +102,11 @@ class SlidingWindowAttention(FullAttention):
 class LatentAttention(FullAttention):
     """Multi-head latent attention, DeepSeek V2/V3/R1 (vLLM MLAAttentionSpec)."""
     name = LAYER_MLA
+    label = 'MLA attention'
     kv_heads = False
     vllm_block_size = MLA_BLOCK_SIZE
     vllm_block_size_reason = 'MLA attention backends force block size %d (FlashMLA)' % MLA_BLOCK_SIZE
+    v0_kind = None
 
     def vllm_bytes_per_token(self, spec, tp, kv_dtype_bytes):
         # latent + rope key, no separate V, replicated on every TP rank
@@ -120,8 +127,10 @@ class LinearAttention(FullAttention):
     """Linear-attention / state-space (mamba) layers of hybrid models: a fixed-size recurrent
     state, no per-token KV (vLLM MambaSpec). The state is not modelled: charged 0 bytes."""
     name = LAYER_NO_KV
+    label = 'linear attention / state-space layers'
     caches_kv = False
     kv_heads = False
+    v0_kind = LAYER_NO_KV
 
     def vllm_bytes_per_token(self, spec, tp, kv_dtype_bytes):
         del spec, tp, kv_dtype_bytes

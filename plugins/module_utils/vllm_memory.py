@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
-    LAYER_FULL, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
+    LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -1002,13 +1002,15 @@ def engine_spec(spec, version):
     attention (the bound, never under it). MLA on V0 (0.7.1+) was not read: refused."""
     if prof.accounting(version).engine != 'v0':
         return spec
-    if LAYER_MLA in spec.layer_kinds:
-        raise PlanInputError('model', '%s uses MLA attention; its KV layout on the V0 engine (vLLM %s) is '
+    unmodelled = [kind_of(k) for k in spec.layer_kinds if kind_of(k).v0_kind is None]
+    if unmodelled:
+        raise PlanInputError('model', '%s uses %s; its KV layout on the V0 engine (vLLM %s) is '
                              'not modelled: use vLLM %s or later (the V1 engine)' % (
-                                 spec.name, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
-    if LAYER_SLIDING not in spec.layer_kinds:
+                                 spec.name, unmodelled[0].label, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
+    v0_kinds = [kind_of(k).v0_kind for k in spec.layer_kinds]
+    if v0_kinds == spec.layer_kinds:
         return spec
-    return replace(spec, layer_kinds=[LAYER_FULL if k == LAYER_SLIDING else k for k in spec.layer_kinds])
+    return replace(spec, layer_kinds=v0_kinds)
 
 
 def v0_shared_gpu_warnings(ctx):

@@ -75,3 +75,7 @@ def test_llamacpp_dims_from_the_file_per_layer():
     assert ak.kind_of('mla').llamacpp_dims(s, layout, 0) == ak.LayerKV(192 * 128, 128 * 128, False)
     assert ak.kind_of('sliding').llamacpp_dims(s, layout, 1) == ak.LayerKV(192 * 64, 128 * 64, True)
     assert ak.kind_of('none').llamacpp_dims(s, layout, 2) == ak.LayerKV(0, 0, False)
+
+
+def test_v0_engine_plans_sliding_as_full_and_has_no_mla():
+    assert [ak.kind_of(name).v0_kind for name in ak.LAYER_KINDS] == ['full', 'full', None, 'none']
