@@ -54,6 +54,7 @@ class FullAttention:
     kv_heads = True          # K and V projections per KV head: needs num_kv_heads >= 1
     slides = False
     vllm_block_size = None   # the engine's default block size
+    vllm_block_size_reason = None
     v0_kind = LAYER_FULL     # what vLLM's V0 engine (no hybrid KV manager) caches: None, not modelled there
 
     def vllm_bytes_per_token(self, spec, tp, kv_dtype_bytes):

@@ -23,6 +23,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import
 class ModelSpecError(PlanInputError):
     """Bad or unsupported model input. ``field`` names the option or key at fault."""
 
+
 # Ranges of every geometry figure a ModelSpec carries: (lowest, highest). Beyond these a
 # figure is a typo, a wrong file or an attack, not a model (the largest open models have
 # 126 layers, hidden 16384/18432, 256k vocabularies, 1M-token contexts and a few hundred

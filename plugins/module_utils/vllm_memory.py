@@ -260,9 +260,9 @@ class KvLayout:
 
     def blocks_per_request(self, tokens):
         """Blocks one request of ``tokens`` tokens holds (kv_cache_interface max_memory_usage)."""
-        return sum(count * kind_of(kind).vllm_blocks_per_request(tokens, self.block_size, self.sliding_window,
-                                                                  self.max_num_batched_tokens)
-                   for kind, count in self.groups.items())
+        return sum(count * kind_of(kind).vllm_blocks_per_request(
+            tokens, self.block_size, self.sliding_window, self.max_num_batched_tokens)
+            for kind, count in self.groups.items())
 
 
 def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
