@@ -30,8 +30,8 @@ def lab_session():
 
 @pytest.fixture(scope='module')
 def fleet(lab_session):  # pylint: disable=redefined-outer-name
-    """The session's fleet for one test module. 'up' again after the module puts every node's own
-    NVML fixture back (and restarts any container a test stopped), so modules do not see each
-    other's swapped cards."""
-    yield lab_session
+    """The session's fleet for one test module, after 'lab.sh up' (seconds on a running fleet): it
+    restarts any node an earlier module took down and puts every node's own NVML fixture back, so
+    modules do not see each other's swapped cards or stopped containers."""
     lab_fleet.lab('up')
+    return lab_session
