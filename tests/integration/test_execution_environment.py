@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -27,7 +28,12 @@ import yaml
 import lab_fleet
 from lab_fleet import REPO_ROOT, VENV_BIN, recap
 
+sys.path.insert(0, os.path.join(REPO_ROOT, 'tests'))
+from fleet_inventory import lab_deployments, save_layout_facts  # noqa: E402  pylint: disable=wrong-import-position
+
 NODE = 'lab-4090x2'
+# The lab's podman settings (docs/lab.md) and no network: everything the job needs is in the image.
+PODMAN_OPTIONS = ['--runtime=runc', '--ulimit=nofile=20000:20000', '--ulimit=nproc=20000:20000', '--network=none']
 
 
 def prefix():
@@ -122,9 +128,10 @@ def test_site_yml_through_ansible_runner_reruns_unchanged_and_leaks_no_secret(pr
 
 
 def test_the_execution_environment_image_carries_the_collection_and_runs_a_playbook(tmp_path):
-    """scripts/ee.sh build (podman, no network; reused when the inputs' hash is unchanged), then in
-    the image, with no network: ansible-core at the pin, the collection and its filter docs,
-    pynvml and gguf importable."""
+    """scripts/ee.sh build (podman, no network; reused when the inputs' hash is unchanged), then:
+    inside the image, with no network, ansible-core at the pin, the collection, pynvml and gguf;
+    and ansible-runner running a job in the image (--process-isolation --container-image):
+    plan.yml over two nodes planned offline from saved gpu_facts output."""
     lab_fleet.require_lab()
     build = subprocess.run(['bash', os.path.join(REPO_ROOT, 'scripts', 'ee.sh'), 'build'], capture_output=True,
                            text=True, timeout=1800, check=False)
@@ -133,11 +140,35 @@ def test_the_execution_environment_image_carries_the_collection_and_runs_a_playb
     with open(os.path.join(REPO_ROOT, 'requirements.txt'), encoding='utf-8') as handle:
         core = [line.split('==')[1].strip() for line in handle if line.startswith('ansible-core==')][0]
     script = ('set -e; ansible --version | head -n1; ansible-galaxy collection list kvpin.fleet; '
-              'python3 -c "import pynvml, gguf; print(\'libs ok\')"; '
-              'ansible-doc -t filter kvpin.fleet.kvpin_saved_gpu_facts | head -n1')
-    proc = subprocess.run(['podman', 'run', '--rm', '--runtime', 'runc', '--ulimit', 'nofile=20000:20000',
-                           '--ulimit', 'nproc=20000:20000', '--network', 'none', image, 'bash', '-c', script],
+              'python3 -c "import pynvml, gguf; print(\'libs ok\')"')
+    proc = subprocess.run(['podman', 'run', '--rm'] + PODMAN_OPTIONS + [image, 'bash', '-c', script],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'ansible [core %s]' % core in proc.stdout
-    assert 'kvpin.fleet' in proc.stdout and 'libs ok' in proc.stdout
+    assert 'kvpin.fleet 0.' in proc.stdout and 'libs ok' in proc.stdout
+
+    # A job in the image: the private data dir is mounted at /runner.
+    pd = tmp_path / 'pd'
+    saved = save_layout_facts(tmp_path, str(pd / 'saved'))
+    (pd / 'project').mkdir(parents=True)
+    (pd / 'project' / 'plan.yml').write_text('---\n- name: Plan the fleet\n'
+                                             '  ansible.builtin.import_playbook: kvpin.fleet.plan\n')
+    hosts = {'node-%d' % i: {'kvpin_gpu_facts_file': '/runner/saved/%s' % os.path.basename(saved[layout]),
+                             'kvpin_deployments': lab_deployments(layout), 'gpustack_worker_runtime': 'native'}
+             for i, layout in enumerate(('lab-4090x2', 'lab-mixed'))}
+    (pd / 'inventory').mkdir()
+    (pd / 'inventory' / 'hosts.yml').write_text(yaml.safe_dump({'all': {'children': {'gpu_nodes': {
+        'vars': {'ansible_connection': 'ssh', 'ansible_host': '127.0.0.1', 'ansible_port': 9}, 'hosts': hosts}}}}))
+    (pd / 'env').mkdir()
+    (pd / 'env' / 'extravars').write_text('kvpin_plan_report_path: /runner/artifacts/plan.html\n')
+    (pd / 'env' / 'envvars').write_text('ANSIBLE_NOCOLOR: "1"\n')
+    job = subprocess.run([os.path.join(VENV_BIN, 'ansible-runner'), 'run', str(pd), '-p', 'plan.yml', '--ident', 'ee',
+                          '--process-isolation', '--process-isolation-executable', 'podman', '--container-image', image]
+                         + ['--container-option=%s' % option for option in PODMAN_OPTIONS + ['--user=0']],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert job.returncode == 0, job.stdout[-6000:] + job.stderr
+    assert (pd / 'artifacts' / 'ee' / 'status').read_text().strip() == 'successful'
+    counts = recap(job.stdout)
+    assert {host: counts[host]['failed'] + counts[host]['unreachable'] for host in hosts} == {'node-0': 0, 'node-1': 0}
+    report = (pd / 'artifacts' / 'plan.html').read_text()
+    assert report.count('data-gpu="node-0:') == 2 and report.count('data-gpu="node-1:') == 2
