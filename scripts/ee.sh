@@ -31,8 +31,8 @@ collection() {
     tmp="$(mktemp -d)"
     mkdir -p "$BUILD"
     # Build from the tree as git sees it (tracked + untracked-but-not-ignored): no .cache, no .lab.
-    (cd "$REPO" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c \
-        '[ -e "{}" ] && mkdir -p "'"$tmp"'/src/$(dirname "{}")" && cp -a "{}" "'"$tmp"'/src/{}" || true')
+    (cd "$REPO" && git ls-files -z --cached --others --exclude-standard \
+        | rsync -a --from0 --files-from=- --ignore-missing-args "$REPO/" "$tmp/src/")
     out="$("$VENV_BIN/ansible-galaxy" collection build "$tmp/src" --output-path "$tmp" --force 2>&1)" \
         || { echo "$out" >&2; rm -rf "$tmp"; exit 1; }
     mv "$tmp"/kvpin-fleet-*.tar.gz "$BUILD/kvpin-fleet.tar.gz"
