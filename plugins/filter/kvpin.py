@@ -25,6 +25,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
+from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
     system_reserved,
@@ -61,6 +62,15 @@ def kvpin_gpu_ledger(gpus, plan_results, vram_min_gib=0, gpustack_cgroup_markers
                           gpustack_cgroup_markers).to_dict()
     except (LedgerInputError, SystemReservedError) as exc:
         raise AnsibleFilterError('kvpin_gpu_ledger: %s' % exc)
+
+
+def kvpin_saved_gpu_facts(path, required=False):
+    """The ``kvpin_gpus`` fact from a file of saved gpu_facts output on the controller
+    (module_utils/saved_gpu_facts.py): plan.yml plans from it without a connection."""
+    try:
+        return read_saved_gpu_facts(path, required)
+    except SavedGpuFactsError as exc:
+        raise AnsibleFilterError('kvpin_saved_gpu_facts: %s' % exc)
 
 
 def kvpin_compile_cache(root, field='compile_cache_dir'):
@@ -176,6 +186,7 @@ class FilterModule(object):
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_plan_report_html': kvpin_plan_report_html,
+            'kvpin_saved_gpu_facts': kvpin_saved_gpu_facts,
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,
             'kvpin_systemd_env_names': kvpin_systemd_env_names,
