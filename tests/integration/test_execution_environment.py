@@ -41,11 +41,9 @@ def prefix():
 
 
 @pytest.fixture(scope='module')
-def one_node():
-    lab_fleet.require_lab()
-    lab_fleet.lab('up', NODE)
-    yield NODE
-    lab_fleet.lab('down', NODE)
+def one_node(fleet):  # pylint: disable=unused-argument
+    """NODE of the session's lab fleet (tests/integration/conftest.py); the job is limited to it."""
+    return NODE
 
 
 @pytest.fixture(scope='module')
