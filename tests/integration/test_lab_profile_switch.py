@@ -31,7 +31,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lab_fleet  # noqa: E402
 from lab_fleet import REPO_ROOT, node_exec, playbook, recap  # noqa: E402
-from test_lab_gpustack import STATE_DIR, Server, _engine_argv, _http, _watchdog_events  # noqa: E402
+from test_lab_gpustack import Server, _engine_argv, _http, _watchdog_events  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
