@@ -7,9 +7,14 @@ in module_utils so it is unit-tested without Ansible."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.compile_cache import CompileCacheError, compile_cache
+from ansible_collections.kvpin.fleet.plugins.module_utils.container_gpu import ContainerGpuInputError, problems
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
@@ -79,6 +84,33 @@ def kvpin_compile_cache(root, field='compile_cache_dir'):
         return compile_cache(root, field)
     except CompileCacheError as exc:
         raise AnsibleFilterError('kvpin_compile_cache: %s' % exc)
+
+
+# A CDI spec larger than this is not read (nvidia-ctk writes a few KiB per GPU).
+CDI_SPEC_MAX_BYTES = 1024 * 1024
+
+
+def _cdi_spec(slurped):
+    """(path, parsed spec or None) of one ansible.builtin.slurp result."""
+    if not isinstance(slurped, dict) or not isinstance(slurped.get('content'), str):
+        raise ContainerGpuInputError('each CDI spec must be a slurp result with content and source')
+    path = str(slurped.get('source', '?'))
+    if len(slurped['content']) > CDI_SPEC_MAX_BYTES * 4 // 3 + 4:
+        return path, None
+    try:
+        return path, yaml.safe_load(base64.b64decode(slurped['content']).decode('utf-8'))
+    except (binascii.Error, UnicodeDecodeError, yaml.YAMLError):
+        return path, None
+
+
+def kvpin_container_gpu_problems(engine, version=None, runtimes=None, cdi_specs=None, spec_dirs=None):
+    """What keeps ``engine`` from handing the NVIDIA GPUs to the worker container
+    (module_utils/container_gpu.py); [] when nothing does. ``cdi_specs``: slurp results."""
+    try:
+        specs = dict(_cdi_spec(slurped) for slurped in cdi_specs or [])
+        return problems(engine, version, runtimes, specs, list(spec_dirs or []))
+    except ContainerGpuInputError as exc:
+        raise AnsibleFilterError('kvpin_container_gpu_problems: %s' % exc)
 
 
 def kvpin_file_checks(table):
@@ -178,6 +210,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'kvpin_compile_cache': kvpin_compile_cache,
+            'kvpin_container_gpu_problems': kvpin_container_gpu_problems,
             'kvpin_due_args': kvpin_due_args,
             'kvpin_file_checks': kvpin_file_checks,
             'kvpin_gpu_ledger': kvpin_gpu_ledger,
