@@ -102,8 +102,7 @@ def problems(engine, version_answer=None, runtimes_answer=None, cdi_specs=None, 
         elif DOCKER_RUNTIME not in runtimes:
             found.append("docker has no '%s' runtime (docker info lists: %s): install the NVIDIA Container Toolkit, "
                          "run 'nvidia-ctk runtime configure --runtime=docker' and restart docker; the worker "
-                         "container runs with --runtime %s" % (DOCKER_RUNTIME, ', '.join(runtimes) or 'none',
-                                                              DOCKER_RUNTIME))
+                         "container runs with --runtime %s" % (DOCKER_RUNTIME, ', '.join(runtimes) or 'none', DOCKER_RUNTIME))
         return found
     version = parse_version(version_answer)
     if version is None:

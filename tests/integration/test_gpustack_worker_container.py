@@ -41,6 +41,7 @@ pytestmark = [
                        reason='on demand: KVPIN_CONTAINER_WORKER_LAB=1 (about 20 minutes of image build and load)'),
 ]
 
+
 @pytest.fixture(scope='module')
 def lab():
     lab_fleet.require_lab()
