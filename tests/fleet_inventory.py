@@ -28,32 +28,16 @@ ANSIBLE = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible')
 PLAYBOOK = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible-playbook')
 PLAN_YML = os.path.join(REPO_ROOT, 'playbooks', 'plan.yml')
 
-
-def _collections_root():
-    """The directory holding ansible_collections/kvpin/fleet for this checkout (the link
-    tests/conftest.py and scripts/bootstrap.sh make under .cache/, made here when missing)."""
-    parts = REPO_ROOT.split(os.sep)
-    if parts[-3:-2] == ['ansible_collections']:
-        return os.sep.join(parts[:-3])
-    root = os.path.join(REPO_ROOT, '.cache', 'collections')
-    link = os.path.join(root, 'ansible_collections', 'kvpin', 'fleet')
-    if not os.path.islink(link):
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        try:
-            os.symlink(REPO_ROOT, link)
-        except FileExistsError:
-            pass
-    return root
-
-
-if _collections_root() not in sys.path:
-    sys.path.insert(0, _collections_root())
+# The collection's import path: benchmarks/_setup.py computes it (and makes the .cache link
+# when missing) for the benchmarks, and for this module, which the benchmarks and tests share.
+sys.path.insert(0, os.path.join(REPO_ROOT, 'benchmarks'))
+from _setup import COLLECTIONS_ROOT  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def ansible_env(work, **extra):
     """The environment of ansible/ansible-playbook runs under ``work`` (a private HOME and tmp)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'),
-               ANSIBLE_COLLECTIONS_PATH=_collections_root(), HOME=str(work), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_ROOT, HOME=str(work), ANSIBLE_NOCOLOR='1',
                ANSIBLE_LOCAL_TEMP=os.path.join(str(work), 'local_tmp'),
                ANSIBLE_REMOTE_TMP=os.path.join(str(work), 'remote_tmp'),
                ANSIBLE_RETRY_FILES_ENABLED='0', ANSIBLE_HOST_KEY_CHECKING='0', PWD=str(work))
