@@ -6,7 +6,7 @@
 For every entry of benchmarks/data/vllm_public.json (real ``vllm serve`` startup numbers
 with their source URLs; docs/data-sources.md says where each came from) the planner runs
 with the logged settings (model from the catalog, TP,
-util, max_model_len, max_num_batched_tokens, block size) and the version's default
+util, max_model_len, max_num_batched_tokens, block size, enforce_eager where logged) and the version's default
 max_num_seqs (what the logged runs used), then prints predicted vs logged weights,
 activation and "Available KV cache memory" per GPU, and whether the planner calls the
 deployment feasible vs what happened. A naive baseline (util x total - weights, what a
@@ -175,6 +175,8 @@ def plan_entry(entry, old=False):
         knobs['max_num_batched_tokens'] = entry['max_num_batched_tokens']
     if entry['block_size']:
         knobs['block_size'] = entry['block_size']
+    if entry.get('enforce_eager'):
+        knobs['enforce_eager'] = True
     traffic = Traffic(prompt_tokens_p99=entry['max_model_len'] // 2,
                       max_output_tokens=entry['max_model_len'] // 2, max_concurrency=1)
     plan = plan_vllm(spec, gpus, traffic, knobs, version_text)
