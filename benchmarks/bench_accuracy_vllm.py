@@ -6,7 +6,9 @@
 For every entry of benchmarks/data/vllm_public.json (real ``vllm serve`` startup numbers
 with their source URLs; docs/data-sources.md says where each came from) the planner runs
 with the logged settings (model from the catalog, TP,
-util, max_model_len, max_num_batched_tokens, block size, enforce_eager where logged) and the version's default
+util, max_model_len, max_num_batched_tokens, block size, enforce_eager where logged, and the
+vllm_sampler knob where the log names the top-k/top-p sampler it ran: the entry's vllm_sampler with
+the quoted line in vllm_sampler_quote) and the version's default
 max_num_seqs (what the logged runs used), then prints predicted vs logged weights,
 activation and "Available KV cache memory" per GPU, and whether the planner calls the
 deployment feasible vs what happened. A naive baseline (util x total - weights, what a
@@ -177,6 +179,10 @@ def plan_entry(entry, old=False):
         knobs['block_size'] = entry['block_size']
     if entry.get('enforce_eager'):
         knobs['enforce_eager'] = True
+    if entry.get('vllm_sampler'):
+        # the sampler the run's own log names (its vllm_sampler_quote line), as an operator who
+        # knows the image would set the knob
+        knobs['vllm_sampler'] = entry['vllm_sampler']
     traffic = Traffic(prompt_tokens_p99=entry['max_model_len'] // 2,
                       max_output_tokens=entry['max_model_len'] // 2, max_concurrency=1)
     plan = plan_vllm(spec, gpus, traffic, knobs, version_text)
@@ -532,9 +538,10 @@ def main():
     mistral_per_logit = (2.12 * GiB - (8192 + 2 * 1024) * 5120 * 2) / (1024 * 131072)
     print('  outlier: Mistral-Small-3.2 (multimodal, 0.11.0) logs 2.12 GiB activation; the sort path gives '
           '~4.9 GiB. 2.12 GiB = 1024 x 131072 x %.1f B + hidden states, i.e. bf16 + fp32 logits and the '
-          'FlashInfer masked logits + probs (14 B) without the full-vocab sort: 0.9 - 0.26 take FlashInfer '
-          'when it is installed and VLLM_USE_FLASHINFER_SAMPLER is not 0, which a plan cannot see. The '
-          'planner keeps the sort path before 0.27, the safe side: it predicts less KV than logged.'
+          'FlashInfer masked logits + probs (14 B) without the full-vocab sort: 0.9.1 - 0.11 take FlashInfer '
+          'when it is installed and VLLM_USE_FLASHINFER_SAMPLER is not 0, which a plan cannot see. Unless '
+          'the knob vllm_sampler says flashinfer (rows whose log names the sampler pass it), the planner '
+          'charges the sort path, the safe side: it predicts less KV than logged.'
           % mistral_per_logit)
     print()
     outside_table()

@@ -600,12 +600,60 @@ def pipeline_supported(version):
 # [max_num_seqs, vocab] int32 tensor, for the whole run (v1/worker/gpu/sample/penalties.py).
 SAMPLER_NO_SORT_SINCE = (0, 17, 0)
 SAMPLER_TRITON_MIN_BATCH = 8
+# The serving_plan knob vllm_sampler: which top-k/top-p sampler the operator knows the engine
+# runs. The plan cannot see whether the image ships FlashInfer (an optional extra of the wheels,
+# in the docker images), so unset it charges the PyTorch sort path, the larger warm-up.
+#   'flashinfer': TopKTopPSampler.forward_cuda -> flashinfer_sample: with both filters on (the
+#     warm-up's) flashinfer.sampling.top_k_top_p_sampling_from_logits, top_k_mask_logits (fp32
+#     masked logits) then softmax (fp32 probs), no sort. 0.9.1 - 0.11.x take it when flashinfer
+#     (>= 0.2.3) imports and VLLM_USE_FLASHINFER_SAMPLER is not 0 ("envs.VLLM_USE_FLASHINFER_SAMPLER
+#     is not False ... in V1, None means True"); 0.12.0 on only with VLLM_USE_FLASHINFER_SAMPLER=1
+#     ("Users must opt in explicitly via VLLM_USE_FLASHINFER_SAMPLER=1"). The plan sets it to 1.
+#     The variable cannot make an image without flashinfer take it: 0.9.1 - 0.11.x then fall back
+#     to the sort path without an error, so the knob is the operator's statement about the image
+#     (its engine log prints "Using FlashInfer for top-p & top-k sampling."), not something the
+#     plan can check -- which is why unset charges the sort path.
+#   'pytorch': forward_native; the plan sets VLLM_USE_FLASHINFER_SAMPLER=0 so that an image with
+#     flashinfer takes it too (0.9.1 - 0.11.x would otherwise take FlashInfer).
+# From 0.17 (batches >= SAMPLER_TRITON_MIN_BATCH) neither path sorts: the charge does not change.
+# Before 0.9.1 the warm-up is not read here: 'flashinfer' is refused there.
+SAMPLER_KNOB = 'vllm_sampler'
+SAMPLER_PYTORCH = 'pytorch'
+SAMPLER_FLASHINFER = 'flashinfer'
+SAMPLER_CHOICES = (SAMPLER_PYTORCH, SAMPLER_FLASHINFER)
+FLASHINFER_SAMPLER_ENV = 'VLLM_USE_FLASHINFER_SAMPLER'
+FLASHINFER_SAMPLER_SINCE = (0, 9, 1)
+FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 12, 0)
 
 
-def sampler_path(version, batch):
-    """'sort' or 'no_sort': the top-k/top-p path of the profile run's sampler warm-up."""
+def check_sampler(value, version):
+    """The vllm_sampler knob, checked: None (unset), 'pytorch' or 'flashinfer'; else
+    PlanInputError('vllm_sampler', ...)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in SAMPLER_CHOICES:
+        raise PlanInputError(SAMPLER_KNOB, 'must be one of %s, got %r' % (', '.join(SAMPLER_CHOICES), value))
+    if value == SAMPLER_FLASHINFER and not version.at_least(FLASHINFER_SAMPLER_SINCE):
+        raise PlanInputError(SAMPLER_KNOB, '%s is modelled from vLLM %s (the V1 sampler warm-up read '
+                             'there), got %s; leave it unset' % (
+                                 value, '.'.join(str(p) for p in FLASHINFER_SAMPLER_SINCE), version))
+    return value
+
+
+def sampler_env(value, version):
+    """{VLLM_USE_FLASHINFER_SAMPLER: '1' | '0'} for a set knob on a V1 release that reads it, else {}."""
+    if value is None or not version.at_least(FLASHINFER_SAMPLER_SINCE):
+        return {}
+    return {FLASHINFER_SAMPLER_ENV: '1' if value == SAMPLER_FLASHINFER else '0'}
+
+
+def sampler_path(version, batch, sampler=None):
+    """'sort', 'flashinfer' or 'no_sort': the top-k/top-p path of the profile run's sampler
+    warm-up; ``sampler`` is the checked vllm_sampler knob (None: unset, the sort path)."""
     if version is not None and version.at_least(SAMPLER_NO_SORT_SINCE) and batch >= SAMPLER_TRITON_MIN_BATCH:
         return 'no_sort'
+    if sampler == SAMPLER_FLASHINFER and version is not None and version.at_least(FLASHINFER_SAMPLER_SINCE):
+        return 'flashinfer'
     return 'sort'
 
 

@@ -96,3 +96,20 @@ def test_a_v0_row_without_max_num_seqs_is_planned_with_the_v0_default():
     v1 = bench.prof.parse_version('0.19.0')
     assert bench.default_max_num_seqs(v1, row['gpu'], total) == bench.prof.batch_defaults(
         v1, row['gpu'], total).max_num_seqs
+
+
+def test_rows_whose_log_names_the_sampler_pass_it_to_the_planner_with_the_quote():
+    """A row's vllm_sampler comes from its own log line (vllm_sampler_quote) and reaches the
+    plan as the knob: the FlashInfer rows charge FlashInfer's warm-up, the fallback row the sort."""
+    rows = [e for e in _entries() if e.get('vllm_sampler')]
+    assert set(e['vllm_sampler'] for e in rows) == {'flashinfer', 'pytorch'}
+    for row in rows:
+        expected = ('Using FlashInfer for top-p & top-k sampling.' if row['vllm_sampler'] == 'flashinfer'
+                    else 'Falling back to the PyTorch-native implementation of top-p & top-k sampling')
+        assert expected in row['vllm_sampler_quote'] and 'topk_topp_sampler.py' in row['vllm_sampler_quote']
+    row = next(e for e in rows if e['id'] == 'dennislee-a100-80gb-qwen2-7b-tp1-u025')
+    with_knob = bench.plan_entry(row)[1]
+    without = bench.plan_entry(dict(row, vllm_sampler=None))[1]
+    assert with_knob.settings['environment']['VLLM_USE_FLASHINFER_SAMPLER'] == '1'
+    assert with_knob.memory[0].activation < without.memory[0].activation
+    assert with_knob.memory[0].terms['kv_budget'] > without.memory[0].terms['kv_budget']
