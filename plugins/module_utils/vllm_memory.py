@@ -115,7 +115,8 @@ HIDDEN_STATE_ROW_COPIES = 2
 # 0.27/0.28 log ~50 % less KV than the plan (issue 12). The likeliest home is the CUDA-graph
 # estimate charged since 0.20 (logs print 12-23 MiB per captured graph, PIECEWISE + FULL), not the
 # sampler. Until that is modelled the plan keeps charging what the sort path would hold: the
-# difference is the named term activation_unexplained_reserve (0 before 0.17).
+# difference is the named term activation_unexplained_reserve (0 before
+# vllm_profile.NO_SORT_ERA_RESERVE_SINCE, 0.18: the 0.17.1 logs need none).
 NO_SORT_ERA_RESERVE = True
 # Forward pass of the profile run (what dominates when max_num_seqs is small or chunked
 # prefill is off): residual + hidden + two norm outputs, and the FFN gate/up (2 x ffn) +
@@ -419,7 +420,8 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     forward = max_num_batched_tokens * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
     reserve = 0
-    if path == 'no_sort' and NO_SORT_ERA_RESERVE:
+    if path == 'no_sort' and NO_SORT_ERA_RESERVE and version is not None \
+            and version.at_least(prof.NO_SORT_ERA_RESERVE_SINCE):
         sort_parts, _sort_path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, None)
         reserve = max(0, sum(sort_parts.values()) - sampler)
     sampler_phase = sampler + hidden_states + reserve
@@ -430,8 +432,10 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     guard = ''
     if reserve:
         guard = ('; + unexplained reserve %s (policy guard, not physics: the sort path\'s bytes are '
-                 'kept from 0.17 until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
-                 'explained)' % _gib(reserve))
+                 'kept from %s until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
+                 'explained; it starts at %s)' % (
+                     _gib(reserve), '.'.join(map(str, prof.NO_SORT_ERA_RESERVE_SINCE)),
+                     prof.NO_SORT_ERA_RESERVE_START.describe()))
     explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '

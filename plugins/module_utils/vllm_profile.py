@@ -473,7 +473,6 @@ MXFP4_PAD_SOURCE_ROWS = ('llmd-h100-gpt-oss-20b-tp1', 'llmd-h100-gpt-oss-120b-tp
 MXFP4_EXPERT_PAD = Fitted(
     'vllm_profile.MXFP4_EXPERT_PAD_MULTIPLE', MXFP4_EXPERT_PAD_MULTIPLE, '{}-wide expert padding',
     'the gpt-oss-20b and gpt-oss-120b weights loaded on H100, llm-d', MXFP4_PAD_SOURCE_ROWS)
-FITTED_SOURCE_ROWS = source_rows_of(MXFP4_EXPERT_PAD)
 
 
 def mxfp4_expert_padding(expert_bytes, expert_width):
@@ -599,6 +598,22 @@ def pipeline_supported(version):
 # than what is possible during actual execution") and which keeps output_bin_counts, a
 # [max_num_seqs, vocab] int32 tensor, for the whole run (v1/worker/gpu/sample/penalties.py).
 SAMPLER_NO_SORT_SINCE = (0, 17, 0)
+# From this release vllm_memory charges activation_unexplained_reserve (the policy guard
+# NO_SORT_ERA_RESERVE there) on the no-sort path. Not from 0.17.0: ten RTX 3090 runs of 0.17.1
+# (TheBuccaneer/vllm-offload-profiles, Llama-3.1-8B and Qwen2.5-7B at util 0.60-0.90) log
+# 0.06-0.14 GiB MORE KV than the no-sort shapes alone predict, i.e. nothing unexplained there;
+# the unexplained memory is first logged by 0.19.0 (gpt-oss-20b on an A100); 0.18.x has no log,
+# so it keeps the guard (the side that does not crash).
+NO_SORT_ERA_RESERVE_SINCE_MINOR = 18
+NO_SORT_ERA_RESERVE_SINCE = (0, NO_SORT_ERA_RESERVE_SINCE_MINOR, 0)
+NO_SORT_ERA_RESERVE_START = Fitted(
+    'vllm_profile.NO_SORT_ERA_RESERVE_SINCE_MINOR', NO_SORT_ERA_RESERVE_SINCE_MINOR, 'vLLM 0.{}',
+    'ten vLLM 0.17.1 RTX 3090 runs that need no reserve (the first release it applies from)',
+    ('buccaneer-rtx3090-llama-3.1-8b-tp1-u090', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u090',
+     'buccaneer-rtx3090-llama-3.1-8b-tp1-u090-fixd-fail', 'buccaneer-rtx3090-llama-3.1-8b-tp1-u086',
+     'buccaneer-rtx3090-qwen2.5-7b-tp1-u086', 'buccaneer-rtx3090-llama-3.1-8b-tp1-u075',
+     'buccaneer-rtx3090-llama-3.1-8b-tp1-u070-fail', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u065',
+     'buccaneer-rtx3090-qwen2.5-7b-tp1-u065-fail', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u060-fail'))
 SAMPLER_TRITON_MIN_BATCH = 8
 # The serving_plan knob vllm_sampler: which top-k/top-p sampler the operator knows the engine
 # runs. The plan cannot see whether the image ships FlashInfer (an optional extra of the wheels,
@@ -701,3 +716,7 @@ def mxfp4_marlin_expert_padding(expert_bytes, hidden_size, intermediate_size, tp
     i_pad = -(-per_rank // MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
     rank_bytes = expert_bytes // tp
     return rank_bytes * h_pad * i_pad // (hidden_size * per_rank) - rank_bytes
+
+
+# Below NO_SORT_ERA_RESERVE_START, which is defined after MXFP4_EXPERT_PAD.
+FITTED_SOURCE_ROWS = source_rows_of(MXFP4_EXPERT_PAD, NO_SORT_ERA_RESERVE_START)

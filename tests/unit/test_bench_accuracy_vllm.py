@@ -113,3 +113,30 @@ def test_rows_whose_log_names_the_sampler_pass_it_to_the_planner_with_the_quote(
     assert with_knob.settings['environment']['VLLM_USE_FLASHINFER_SAMPLER'] == '1'
     assert with_knob.memory[0].activation < without.memory[0].activation
     assert with_knob.memory[0].terms['kv_budget'] > without.memory[0].terms['kv_budget']
+
+
+def _record(row_id, started, **fields):
+    entry = dict(_planned_row(), id=row_id, **fields)
+    return dict(entry=entry, started=started)
+
+
+def test_a_run_that_served_while_its_twin_failed_expects_no():
+    """Same plan input, one served and one failed: NO is the right verdict for both; a run that
+    differs in one planner input (util) is not a twin and keeps its own outcome."""
+    records = [_record('a', True), _record('a-fail', False), _record('b', True, gpu_memory_utilization=0.5),
+               _record('c', True, vllm_version='0.11.0'), _record('c2', True, vllm_version='0.11.0')]
+    bench.mark_flaky_twins(records)
+    by_id = {r['entry']['id']: r for r in records}
+    assert by_id['a']['flaky_twin'] == 'a-fail' and by_id['a']['expected_fit'] is False
+    assert by_id['a-fail']['expected_fit'] is False and by_id['a-fail']['flaky_twin'] is None
+    assert by_id['b']['expected_fit'] is True and by_id['b']['flaky_twin'] is None
+    assert by_id['c']['expected_fit'] is True and by_id['c2']['expected_fit'] is True
+
+
+def test_the_logged_twin_pair_is_scored_no():
+    sources = bench.splits.fitted_source_rows(bench.splits.VLLM_MODULES)
+    records, _unplanned = bench.score(_entries(), sources)
+    by_id = {r['entry']['id']: r for r in records}
+    twin = by_id['buccaneer-rtx3090-qwen2.5-7b-tp1-u065']
+    assert twin['started'] and twin['flaky_twin'] == 'buccaneer-rtx3090-qwen2.5-7b-tp1-u065-fail'
+    assert bench.row_checks(twin)['verdict_ok'] == (not twin['plan'].feasible)
