@@ -138,8 +138,9 @@ def ensure_image(log=print):
             shutil.copy(path, os.path.join(context, name))
         with open(os.path.join(context, 'tools', 'versions.json'), 'w') as versions:
             json.dump(WORKER_TOOL_VERSIONS, versions)
-        sh(['podman', 'build'] + list(BUILD_OPTS) + ['--label', 'kvpin.inputs=' + digest,
-            '--build-arg', 'BASE=' + BASE_IMAGE, '-t', IMAGE, context], timeout=1800)
+        argv = ['podman', 'build'] + list(BUILD_OPTS) + [
+            '--label', 'kvpin.inputs=' + digest, '--build-arg', 'BASE=' + BASE_IMAGE, '-t', IMAGE, context]
+        sh(argv, timeout=1800)
     finally:
         shutil.rmtree(context, ignore_errors=True)
     log('%s built in %.0f s' % (IMAGE, time.monotonic() - started))
