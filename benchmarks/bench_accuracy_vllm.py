@@ -256,6 +256,11 @@ PLAN_INPUT_FIELDS = ('engine', 'vllm_version', 'gpu', 'gpu_total_gib', 'model', 
                      'vllm_sampler', 'pipeline_parallel_size')
 
 
+def plan_input_key(entry):
+    """The run's plan input, comparable: its PLAN_INPUT_FIELDS values."""
+    return tuple(repr(entry.get(field)) for field in PLAN_INPUT_FIELDS)
+
+
 def mark_flaky_twins(records):
     """A run that served while a twin with the same plan input failed is a configuration that
     fails some of the time: the verdict that does not crash is NO, so ``expected_fit`` is False
@@ -263,11 +268,9 @@ def mark_flaky_twins(records):
     failed = {}
     for r in records:
         if not r['started']:
-            key = tuple(repr(r['entry'].get(f)) for f in PLAN_INPUT_FIELDS)
-            failed.setdefault(key, r['entry']['id'])
+            failed.setdefault(plan_input_key(r['entry']), r['entry']['id'])
     for r in records:
-        key = tuple(repr(r['entry'].get(f)) for f in PLAN_INPUT_FIELDS)
-        r['flaky_twin'] = failed.get(key) if r['started'] else None
+        r['flaky_twin'] = failed.get(plan_input_key(r['entry'])) if r['started'] else None
         r['expected_fit'] = r['started'] and r['flaky_twin'] is None
 
 

@@ -434,7 +434,7 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
         guard = ('; + unexplained reserve %s (policy guard, not physics: the sort path\'s bytes are '
                  'kept from %s until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
                  'explained; it starts at %s)' % (
-                     _gib(reserve), '.'.join(map(str, prof.NO_SORT_ERA_RESERVE_SINCE)),
+                     _gib(reserve), prof.version_tuple_text(prof.NO_SORT_ERA_RESERVE_SINCE),
                      prof.NO_SORT_ERA_RESERVE_START.describe()))
     explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
@@ -650,7 +650,7 @@ class _Context:
         estimate = knobs.get('cudagraph_memory_estimate')
         if estimate is not None and self.acct.cuda_graphs == prof.GRAPHS_OUTSIDE:
             raise PlanInputError('cudagraph_memory_estimate', 'needs vLLM >= %s (%s), got %s' % (
-                '.'.join(str(p) for p in prof.CUDAGRAPH_ESTIMATE_SINCE), prof.CUDAGRAPH_ESTIMATE_ENV, version))
+                prof.version_tuple_text(prof.CUDAGRAPH_ESTIMATE_SINCE), prof.CUDAGRAPH_ESTIMATE_ENV, version))
         if self.acct.cuda_graphs == prof.GRAPHS_INSIDE:
             self.graphs_inside = estimate is not False
         elif self.acct.cuda_graphs == prof.GRAPHS_OPT_IN:
@@ -1018,7 +1018,7 @@ def engine_spec(spec, version):
     if unmodelled:
         raise PlanInputError('model', '%s uses %s; its KV layout on the V0 engine (vLLM %s) is '
                              'not modelled: use vLLM %s or later (the V1 engine)' % (
-                                 spec.name, unmodelled[0].label, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
+                                 spec.name, unmodelled[0].label, version, prof.version_tuple_text(prof.V1_ENGINE_SINCE)))
     v0_kinds = [kind_of(k).v0_kind for k in spec.layer_kinds]
     if v0_kinds == spec.layer_kinds:
         return spec

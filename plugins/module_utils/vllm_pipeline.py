@@ -370,7 +370,7 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         raise PlanInputError('pipeline_parallel_size', 'vLLM %s runs `--pipeline-parallel-size` on the '
                              'V0 engine (the V1 engine takes it with the default executor from %s), '
                              'which this planner does not model' % (
-                                 version, '.'.join(str(p) for p in prof.PIPELINE_V1_SINCE)))
+                                 version, prof.version_tuple_text(prof.PIPELINE_V1_SINCE)))
     vm._check_spec(spec)
     vm._check_traffic(traffic)
     if not gpus:
@@ -729,7 +729,7 @@ def offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, us
     from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
     from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as lprof
     gpus = [gpu for stage in setup.stages for gpu in stage]
-    version = 'v%s' % '.'.join(str(p) for p in lprof.LLAMA_BOX_KNOWN_NEWEST)
+    version = 'v%s' % prof.version_tuple_text(lprof.LLAMA_BOX_KNOWN_NEWEST)
     quantization, why = comparison_quantization(spec)
     vllm_side = {'backend': 'vllm', 'partition': partition, 'kv_tokens': kv_tokens,
                  'gpus': [gpu.get('index', 0) for gpu in gpus],

@@ -103,7 +103,8 @@ def version_warnings(version):
                 version, NEWEST_READ_TEXT, NEWEST_READ_TEXT)]
 
 
-def _vtext(bound):
+def version_tuple_text(bound):
+    """'0.9.1' for (0, 9, 1): a release bound of the tables here, as messages print it."""
     return '.'.join(str(p) for p in bound)
 
 
@@ -122,11 +123,11 @@ class FlagRule:
 
     def span(self):
         if self.since and self.until:
-            return '>= %s and < %s' % (_vtext(self.since), _vtext(self.until))
+            return '>= %s and < %s' % (version_tuple_text(self.since), version_tuple_text(self.until))
         if self.since:
-            return '>= %s' % _vtext(self.since)
+            return '>= %s' % version_tuple_text(self.since)
         if self.until:
-            return '< %s' % _vtext(self.until)
+            return '< %s' % version_tuple_text(self.until)
         return 'all supported versions'
 
     def describe(self):
@@ -234,7 +235,7 @@ def kv_cache_dtype_bytes(dtype, version, model_dtype_bytes):
             dtype, why, ', '.join(kv_cache_dtype_choices(version))))
     if rule.since is not None and not version.at_least(rule.since):
         raise PlanInputError('kv_cache_dtype', '%r needs vLLM >= %s (got %s); choices there: %s' % (
-            dtype, _vtext(rule.since), version, ', '.join(kv_cache_dtype_choices(version))))
+            dtype, version_tuple_text(rule.since), version, ', '.join(kv_cache_dtype_choices(version))))
     return model_dtype_bytes if rule.bytes_per_element is None else rule.bytes_per_element
 
 
@@ -651,7 +652,7 @@ def check_sampler(value, version):
     if value == SAMPLER_FLASHINFER and not version.at_least(FLASHINFER_SAMPLER_SINCE):
         raise PlanInputError(SAMPLER_KNOB, '%s is modelled from vLLM %s (the V1 sampler warm-up read '
                              'there), got %s; leave it unset' % (
-                                 value, '.'.join(str(p) for p in FLASHINFER_SAMPLER_SINCE), version))
+                                 value, version_tuple_text(FLASHINFER_SAMPLER_SINCE), version))
     return value
 
 
