@@ -11,7 +11,9 @@ vllm_sampler knob where the log names the top-k/top-p sampler it ran: the entry'
 the quoted line in vllm_sampler_quote) and the version's default
 max_num_seqs (what the logged runs used), then prints predicted vs logged weights,
 activation and "Available KV cache memory" per GPU, and whether the planner calls the
-deployment feasible vs what happened. A naive baseline (util x total - weights, what a
+deployment feasible vs what happened. The verdict is the fleet's: the plan's ``feasible``, then
+the node ledger (gpu_ledger) with the processes gpu_facts would list (``other_processes``, from
+the run's own OOM line; none for a run whose log names none). A naive baseline (util x total - weights, what a
 weights-only estimate gives) is scored the same way. The ``accuracy:`` lines state each target
 and whether the planner meets it (PASS/FAIL); the exit status is 0 either way.
 
@@ -55,6 +57,7 @@ from _setup import ROOT
 import _splits as splits
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import LedgerInputError, gpu_ledger
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
@@ -125,6 +128,39 @@ def nvml_total(entry):
     return mib * ct.MiB
 
 
+# Bounds of a logged process (the ledger's own bounds apply after these).
+MAX_OTHER_PROCESSES = 64
+MAX_PROCESS_MIB = 1024 * 1024
+
+
+def other_processes(entry):
+    """The processes other than the engine that held memory on the run's GPU, as gpu_facts' GPU
+    dicts list them (``processes``: pid, used_memory in bytes), from the entry's ``other_processes``
+    (each {pid, used_mib} read from the run's own OOM line; a pid of None is memory the log names no
+    process for, listed as pid 0). A run whose log names none ran on a GPU of its own: []. Every
+    value is type- and range-checked; a bad one raises PlanInputError naming the field."""
+    listed = entry.get('other_processes')
+    where = '%s.other_processes' % entry.get('id')
+    if listed is None:
+        return []
+    if not isinstance(listed, list) or len(listed) > MAX_OTHER_PROCESSES:
+        raise PlanInputError(where, 'must be a list of at most %d {pid, used_mib}, got %r'
+                             % (MAX_OTHER_PROCESSES, listed))
+    processes = []
+    for position, process in enumerate(listed):
+        here = '%s[%d]' % (where, position)
+        if not isinstance(process, dict):
+            raise PlanInputError(here, 'must be a dict {pid, used_mib}, got %r' % (process,))
+        pid, mib = process.get('pid'), process.get('used_mib')
+        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+            raise PlanInputError(here + '.pid', 'must be a process id (integer > 0) or null, got %r' % (pid,))
+        if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not 0 < mib <= MAX_PROCESS_MIB:
+            raise PlanInputError(here + '.used_mib', 'must be a number of MiB in (0, %d], got %r'
+                                 % (MAX_PROCESS_MIB, mib))
+        processes.append({'pid': pid or 0, 'used_memory': int(mib * ct.MiB)})
+    return processes
+
+
 def unplanned_reason(entry):
     """Why the planner on this branch cannot rebuild the entry's run (None = it can): a V0 log
     with no version, a version the planner does not support (vllm_profile.SUPPORTED_TEXT; the
@@ -143,6 +179,10 @@ def unplanned_reason(entry):
         return 'bad NVML total (%s)' % exc
     if total is None:
         return 'no NVML total for %r (no cuda_total.CARD_GAPS row, none in the entry)' % entry['gpu']
+    try:
+        other_processes(entry)
+    except PlanInputError as exc:
+        return 'bad other_processes (%s)' % exc
     try:
         resolve_model(_model_name(entry))
     except (PlanInputError, ValueError) as exc:
@@ -164,7 +204,8 @@ def plan_entry(entry, old=False):
     spec = resolve_model(_model_name(entry))
     total = nvml_total(entry)
     tp = entry['tensor_parallel_size']
-    gpus = [dict(index=i, name=entry['gpu'], memory_total=total) for i in range(tp)]
+    gpus = [dict(index=i, name=entry['gpu'], memory_total=total, processes=other_processes(entry))
+            for i in range(tp)]
     if old:
         gpus = [dict(g, memory_total_cuda=total, memory_total_cuda_source='NVML total (old)') for g in gpus]
     version_text = entry['vllm_version'] or ASSUMED_VERSION
@@ -188,7 +229,21 @@ def plan_entry(entry, old=False):
     plan = plan_vllm(spec, gpus, traffic, knobs, version_text)
     naive_kv = int(plan.memory[0].total * util) - spec.weight_bytes // tp
     naive_fits = naive_kv >= entry['max_model_len'] * kv_bytes_per_token(spec, tp, spec.dtype_bytes)
-    return spec, plan, util, util_source, version_text, naive_kv, naive_fits
+    return spec, plan, util, util_source, version_text, naive_kv, naive_fits, gpus
+
+
+def fleet_verdict(entry_id, plan, gpus):
+    """(fits, ledger problems): what the fleet decides before launch, which is serving_plan's
+    ``feasible`` and then the node's memory ledger (module_utils/gpu_ledger.py: the plan's budget and
+    outside terms plus every process gpu_facts lists that is not GPUStack's, against the CUDA-visible
+    total). No GPUStack ran in these logs, so no system_reserved booking fence is charged."""
+    if not plan.feasible:
+        return False, []
+    try:
+        ledger = gpu_ledger(gpus, [dict(name=entry_id, plan=plan.to_dict(), pinned=True)])
+    except LedgerInputError as exc:
+        raise PlanInputError('%s (ledger)' % entry_id, str(exc))
+    return ledger.fits, list(ledger.problems)
 
 
 def _g(n):
@@ -231,7 +286,8 @@ def score(entries, sources):
         if why_not is not None:
             unplanned.append((entry, why_not))
             continue
-        spec, plan, util, util_source, version_text, naive_kv, naive_fits = plan_entry(entry)
+        spec, plan, util, util_source, version_text, naive_kv, naive_fits, gpus = plan_entry(entry)
+        verdict, ledger_problems = fleet_verdict(entry['id'], plan, gpus)
         split, why = splits.row_split(entry, sources)
         if util_source == 'from logged terms' and split != splits.FIT:
             # util rebuilt from the row's own KV: its answer fed its input
@@ -243,6 +299,7 @@ def score(entries, sources):
                             version_text=version_text, naive_kv=naive_kv, naive_fits=naive_fits,
                             kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
                             kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
+                            verdict=verdict, ledger_problems=ledger_problems,
                             started=entry_served(entry), split=split, why=why))
     mark_flaky_twins(records)
     return records, unplanned
@@ -253,7 +310,7 @@ def score(entries, sources):
 PLAN_INPUT_FIELDS = ('engine', 'vllm_version', 'gpu', 'gpu_total_gib', 'model', 'dtype_quantization',
                      'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
                      'max_num_batched_tokens', 'block_size', 'kv_cache_dtype', 'enforce_eager',
-                     'vllm_sampler', 'pipeline_parallel_size')
+                     'vllm_sampler', 'pipeline_parallel_size', 'other_processes')
 
 
 def plan_input_key(entry):
@@ -307,13 +364,22 @@ def print_table(records):
             _l(entry['weights_gib']), _g(mem.activation), _l(entry['peak_activation_gib']),
             _g(mem.cuda_graph), _l(entry['cudagraph_gib']), _g(r['kv_pred']), _g(r['kv_old']),
             _l(None if r['kv_log'] is None else r['kv_log'] / GiB), err_text, _g(r['naive_kv']),
-            'fits' if plan.feasible else 'NO', 'fits' if r['naive_fits'] else 'NO',
+            _verdict_text(r), 'fits' if r['naive_fits'] else 'NO',
             'started' if r['started'] else 'FAILED'))
         print('    %s: %s%s%s' % (entry['id'], r['why'], '' if r['util_source'] == 'logged' else
                                   '; util %.2f %s' % (r['util'], r['util_source']),
                                   '' if r['flaky_twin'] is None else
                                   '; started, but %s failed with the same plan input: the right '
                                   'verdict is NO' % r['flaky_twin']))
+        for problem in r['ledger_problems']:
+            print('    ledger refuses: %s' % problem)
+
+
+def _verdict_text(r):
+    """'fits', 'NO' (the plan), or 'NO-L' (a feasible plan the node ledger refuses)."""
+    if r['verdict']:
+        return 'fits'
+    return 'NO' if not r['plan'].feasible else 'NO-L'
 
 
 def summarise(records, split):
@@ -339,16 +405,16 @@ def summarise(records, split):
                 misses.append('%s TP%d: KV off by %+.2f GiB (weights pred %.2f vs log %s)' % (
                     r['spec'].name, entry['tensor_parallel_size'], err / GiB,
                     r['plan'].memory[0].weights / GiB, entry['weights_gib']))
-        outcome_ok += r['plan'].feasible == r['expected_fit']
+        outcome_ok += r['verdict'] == r['expected_fit']
         naive_outcome_ok += r['naive_fits'] == r['expected_fit']
     outcomes = len(records)
     print('KV within 10 %% or 0.5 GiB : planner %s, naive %s' % (
         splits.share_text(planner_ok, scored), splits.share_text(naive_ok, scored)))
-    print('feasible == what happened : planner %d/%d, naive %d/%d' % (
+    print('verdict (plan, then ledger) == what happened : planner %d/%d, naive %d/%d' % (
         outcome_ok, outcomes, naive_outcome_ok, outcomes))
     print(splits.verdict_line(split, 'KV within max(0.5 GiB, 10 %) on', planner_ok, scored, 'rows',
                               KV_TARGET_FRACTION))
-    print(splits.verdict_line(split, 'feasible == what happened on', outcome_ok, outcomes, 'runs',
+    print(splits.verdict_line(split, 'verdict (plan, then ledger) == what happened on', outcome_ok, outcomes, 'runs',
                               OUTCOME_TARGET_FRACTION))
     print('KV over-predicted (pred > logged, the unsafe side): from gpu_facts\' NVML total via the '
           'CUDA-visible total %d/%d (worst %+.2f GiB); NVML total taken as CUDA\'s (old) %d/%d '
@@ -385,7 +451,7 @@ def row_checks(r):
     entry, mem = r['entry'], r['plan'].memory[0]
     out = dict(kv_scored=r['kv_log'] is not None, kv_ok=False, kv_over=None,
                w_scored=entry['weights_gib'] is not None, w_ok=False, w_err=None,
-               verdict_ok=r['plan'].feasible == r['expected_fit'])
+               verdict_ok=r['verdict'] == r['expected_fit'])
     if out['kv_scored']:
         out['kv_ok'] = within(r['kv_pred'], r['kv_log'] / GiB)[0]
         out['kv_over'] = _kv_over_fraction(r['kv_pred'], r['kv_log'])
@@ -527,7 +593,7 @@ def print_misses(records):
         if c['kv_scored'] and c['kv_over'] > KV_MAX_OVER_FRACTION:
             why.append('KV %s above the log' % _over_text(c['kv_over']).strip())
         if not c['verdict_ok']:
-            why.append('verdict %s vs %s' % ('fits' if r['plan'].feasible else 'NO',
+            why.append('verdict %s vs %s' % (_verdict_text(r),
                                              'started' if r['expected_fit'] else 'FAILED'))
         if c['w_scored'] and not c['w_ok']:
             why.append('weights pred %.2f vs log %.2f GiB (%s)' % (

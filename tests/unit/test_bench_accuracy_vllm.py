@@ -140,3 +140,69 @@ def test_the_logged_twin_pair_is_scored_no():
     twin = by_id['buccaneer-rtx3090-qwen2.5-7b-tp1-u065']
     assert twin['started'] and twin['flaky_twin'] == 'buccaneer-rtx3090-qwen2.5-7b-tp1-u065-fail'
     assert bench.row_checks(twin)['verdict_ok'] == (not twin['plan'].feasible)
+
+
+LOAD_CONTROL_FAIL = 'buccaneer-rtx3090-llama-3.1-8b-tp1-u090-fixd-fail'
+
+
+def test_a_run_next_to_other_processes_is_refused_by_the_node_ledger_not_by_the_plan():
+    """The Fix-D run: vLLM 0.17.1 at util 0.90 on an RTX 3090 that other processes held 1.68 GiB
+    of passed its startup check, allocated KV and died of CUDA OOM warming up. The plan alone (a
+    GPU of its own) fits, as its idle twin started; the fleet's verdict also charges the
+    processes gpu_facts lists in the node ledger, which refuses it naming them and the bytes."""
+    row = next(e for e in _entries() if e['id'] == LOAD_CONTROL_FAIL)
+    spec, plan, _u, _s, _v, _n, _f, gpus = bench.plan_entry(row)
+    assert plan.feasible
+    assert [p['pid'] for p in gpus[0]['processes']] == [4257, 11017, 0]
+    fits, problems = bench.fleet_verdict(row['id'], plan, gpus)
+    assert not fits
+    assert len(problems) == 1 and 'memory overcommitted' in problems[0], problems
+    assert 'pid 4257 87598039 B' in problems[0] and 'processes outside GPUStack' in problems[0]
+    # on a GPU of its own (no process listed) the same plan passes the ledger too
+    idle = dict(row, other_processes=None)
+    plan_idle, gpus_idle = bench.plan_entry(idle)[1], bench.plan_entry(idle)[7]
+    assert gpus_idle[0]['processes'] == []
+    assert bench.fleet_verdict(row['id'], plan_idle, gpus_idle) == (True, [])
+
+
+def test_the_scored_record_uses_the_fleet_verdict():
+    sources = bench.splits.fitted_source_rows(bench.splits.VLLM_MODULES)
+    records, _unplanned = bench.score(_entries(), sources)
+    by_id = {r['entry']['id']: r for r in records}
+    fail = by_id[LOAD_CONTROL_FAIL]
+    assert fail['plan'].feasible and fail['verdict'] is False and fail['ledger_problems']
+    assert bench.row_checks(fail)['verdict_ok'] and bench._verdict_text(fail) == 'NO-L'
+    # every other run's verdict is its plan's: none lists other processes
+    for r in records:
+        if r['entry'].get('other_processes') is None:
+            assert r['verdict'] == r['plan'].feasible and not r['ledger_problems'], r['entry']['id']
+
+
+def test_other_processes_are_a_plan_input_so_the_idle_run_is_no_twin_of_the_loaded_one():
+    procs = [{'pid': 7, 'used_mib': 1500}]
+    records = [_record('idle', True), _record('loaded-fail', False, other_processes=procs),
+               _record('loaded', True, other_processes=procs)]
+    bench.mark_flaky_twins(records)
+    by_id = {r['entry']['id']: r for r in records}
+    assert by_id['idle']['expected_fit'] is True and by_id['idle']['flaky_twin'] is None
+    assert by_id['loaded']['flaky_twin'] == 'loaded-fail'
+
+
+@pytest.mark.parametrize('bad, field', [
+    ('1.68 GiB', 'other_processes'),
+    ([{'pid': 1, 'used_mib': 1}] * 65, 'other_processes'),
+    (['4257'], 'other_processes[0]'),
+    ([{'pid': -3, 'used_mib': 10}], 'other_processes[0].pid'),
+    ([{'pid': True, 'used_mib': 10}], 'other_processes[0].pid'),
+    ([{'pid': '4257', 'used_mib': 10}], 'other_processes[0].pid'),
+    ([{'pid': 4257, 'used_mib': '83.54'}], 'other_processes[0].used_mib'),
+    ([{'pid': 4257, 'used_mib': 0}], 'other_processes[0].used_mib'),
+    ([{'pid': 4257, 'used_mib': float('nan')}], 'other_processes[0].used_mib'),
+    ([{'pid': 4257, 'used_mib': 10 ** 9}], 'other_processes[0].used_mib'),
+    ([{'pid': 4257}], 'other_processes[0].used_mib'),
+])
+def test_bad_other_processes_are_counted_not_planned_naming_the_field(bad, field):
+    row = dict(_planned_row(), other_processes=bad)
+    why = bench.unplanned_reason(row)
+    assert why is not None and why.startswith('bad other_processes'), why
+    assert '%s.%s' % (row['id'], field) in why, why
