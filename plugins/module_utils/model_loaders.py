@@ -645,9 +645,11 @@ def whisper_tensor_groups(cfg):
     """Weight tensor groups of a Whisper checkpoint (transformers modeling_whisper): a conv
     front end and ``encoder_layers`` encoder layers, ``decoder_layers`` decoder layers with
     self- and cross-attention, learned positions on both sides, proj_out tied to the token
-    embedding unless ``tie_word_embeddings`` is false. Replicated: what vLLM's whisper.py keeps
+    embedding. Replicated: what vLLM's whisper.py keeps
     whole per TP rank (nn.Conv1d front end, nn.Embedding positions, norms and biases: the
-    column-parallel biases are split there, so counting them whole errs on the large side)."""
+    column-parallel biases are split there, so counting them whole errs on the large side).
+    No proj_out: vLLM ties it to the token embedding whatever the config says (whisper.py
+    ``proj_out.tie_weights(embed_tokens)``, ``load_weights`` skips the ``proj_out.`` prefix)."""
     d, enc, dec = cfg['d_model'], cfg['encoder_layers'], cfg['decoder_layers']
     enc_ff, dec_ff, mel = cfg['encoder_ffn_dim'], cfg['decoder_ffn_dim'], cfg['num_mel_bins']
     groups = [
@@ -668,9 +670,40 @@ def whisper_tensor_groups(cfg):
         TensorGroup('decoder.vectors', ROLE_VECTOR, 6 * d + dec_ff + d + 6 * d, 1, dec, replicated=True),
         TensorGroup('decoder.layer_norm', ROLE_VECTOR, d, 1, 2, replicated=True),
     ]
-    if not cfg['tie_word_embeddings']:
-        groups.append(TensorGroup('proj_out', ROLE_LM_HEAD, cfg['vocab_size'], d, 1))
     return groups
+
+
+def _encoder_decoder_numbers(config):
+    """The Whisper config keys the planner reads, each type- and range-checked by name."""
+    cfg = {}
+    for key in ('d_model', 'encoder_layers', 'decoder_layers', 'encoder_attention_heads',
+                'decoder_attention_heads', 'encoder_ffn_dim', 'decoder_ffn_dim', 'vocab_size',
+                'max_source_positions', 'max_target_positions', 'num_mel_bins'):
+        cfg[key] = _positive_int(config, key)
+    for side in ('encoder', 'decoder'):
+        heads = cfg['%s_attention_heads' % side]
+        if cfg['d_model'] % heads:
+            raise ModelSpecError('model', "config key 'd_model' (%d) is not a multiple of '%s_attention_heads' (%d)"
+                                 % (cfg['d_model'], side, heads))
+    tie = config.get('tie_word_embeddings', True)     # WhisperConfig default; vLLM ties proj_out anyway
+    if not isinstance(tie, bool):
+        raise ModelSpecError('model', "config key 'tie_word_embeddings' must be true or false, got %r" % (tie,))
+    return cfg
+
+
+def _weight_dims(config):
+    """``ArchDims`` for sorting a checkpoint's tensors into loaded and skipped: an encoder-decoder
+    config's layers are the larger stack (encoder and decoder tensors both sit under
+    ``...layers.<i>.``) and its head, proj_out, is always tied in vLLM."""
+    if _architecture(config, config) not in ENCODER_DECODER_ARCHITECTURES:
+        return arch_dims(config)
+    cfg = _encoder_decoder_numbers(config)
+    heads = cfg['decoder_attention_heads']
+    return ArchDims(
+        architecture=_architecture(config, config), model_type=_model_type(config, config),
+        hidden_size=cfg['d_model'], num_layers=max(cfg['encoder_layers'], cfg['decoder_layers']),
+        num_attention_heads=heads, num_kv_heads=heads, head_dim=cfg['d_model'] // heads,
+        vocab_size=cfg['vocab_size'], intermediate_size=cfg['decoder_ffn_dim'], tie_word_embeddings=True)
 
 
 def spec_from_encoder_decoder_config(config, name, weight_bytes=None, weight_note=None, source='hf_config',
@@ -682,20 +715,7 @@ def spec_from_encoder_decoder_config(config, name, weight_bytes=None, weight_not
     max_source_positions (vLLM get_encdec_max_encoder_len -> WhisperProcessingInfo
     get_num_audio_tokens: 1500)."""
     arch = _architecture(config, config)
-    cfg = {}
-    for key in ('d_model', 'encoder_layers', 'decoder_layers', 'encoder_attention_heads',
-                'decoder_attention_heads', 'encoder_ffn_dim', 'decoder_ffn_dim', 'vocab_size',
-                'max_source_positions', 'max_target_positions', 'num_mel_bins'):
-        cfg[key] = _positive_int(config, key)
-    for side in ('encoder', 'decoder'):
-        heads = cfg['%s_attention_heads' % side]
-        if cfg['d_model'] % heads:
-            raise ModelSpecError('model', "config key 'd_model' (%d) is not a multiple of '%s_attention_heads' (%d)"
-                                 % (cfg['d_model'], side, heads))
-    tie = config.get('tie_word_embeddings', True)     # WhisperConfig default: proj_out tied
-    if not isinstance(tie, bool):
-        raise ModelSpecError('model', "config key 'tie_word_embeddings' must be true or false, got %r" % (tie,))
-    cfg['tie_word_embeddings'] = tie
+    cfg = _encoder_decoder_numbers(config)
     if config.get('quantization_config'):
         raise ModelSpecError('model', "config key 'quantization_config': quantized %s checkpoints are not "
                              "modelled (only 16-bit encoder-decoder weights)" % arch)
@@ -715,7 +735,7 @@ def spec_from_encoder_decoder_config(config, name, weight_bytes=None, weight_not
         hidden_size=cfg['d_model'], intermediate_size=cfg['decoder_ffn_dim'],
         num_attention_heads=cfg['decoder_attention_heads'], num_kv_heads=cfg['decoder_attention_heads'],
         head_dim=cfg['d_model'] // cfg['decoder_attention_heads'], vocab_size=cfg['vocab_size'],
-        max_position_embeddings=cfg['max_target_positions'], tie_word_embeddings=tie, dtype_bytes=2,
+        max_position_embeddings=cfg['max_target_positions'], tie_word_embeddings=True, dtype_bytes=2,
         layer_kinds=[LAYER_FULL, LAYER_CROSS] * dec, max_encoder_len=cfg['max_source_positions'],
         param_count=sum(g.elements for g in groups), weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
         weight_bytes_note=note, quantization=None, replicated_bytes=replicated,
@@ -937,7 +957,7 @@ def _tensor_span(path, position, info, payload):
 
 # Decoder-layer tensors: model.layers.N., language_model.model.layers.N., ...
 LAYER_TENSOR_RE = re.compile(r'^(?:[a-z_]+\.)*layers\.(\d+)\.')
-TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight')
+TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight', 'proj_out.weight')    # proj_out: Whisper
 
 
 def _not_loaded(name, dims):
@@ -1003,7 +1023,7 @@ def _as_loaded(stored, note, config):
 def _model_dir_weight_bytes(path, config):
     """(bytes vLLM loads, note) from safetensors headers or the index; (None, None) when
     the directory has neither."""
-    dims = arch_dims(config)
+    dims = _weight_dims(config)
     index_path = os.path.join(path, SAFETENSORS_INDEX)
     total, weight_map = _read_index(index_path) if os.path.isfile(index_path) else (None, {})
     files = sorted(f for f in os.listdir(path) if f.endswith('.safetensors'))

@@ -8,6 +8,9 @@ Hand arithmetic follows vLLM's vllm/v1/kv_cache_interface.py (0.10.2+):
 with max_num_encoder_input_tokens = Whisper's max_source_positions (1500)."""
 from __future__ import annotations
 
+import json
+import struct
+
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
@@ -112,10 +115,44 @@ def test_whisper_large_v3_spec_from_its_config():
     assert ml.resolve_model('whisper-large-v3').name == WHISPER
 
 
-def test_untied_whisper_counts_proj_out():
+def test_proj_out_is_tied_whatever_the_config_says():
+    # vllm/model_executor/models/whisper.py: proj_out.tie_weights(embed_tokens), proj_out. skipped on load
     tied = ml.spec_from_hf_config(whisper_config(), 'w')
     untied = ml.spec_from_hf_config(whisper_config(tie_word_embeddings=False), 'w')
-    assert untied.param_count - tied.param_count == 51866 * 1280
+    assert untied.param_count == tied.param_count and untied.tie_word_embeddings
+
+
+def _write_safetensors(path, tensors):
+    """A structurally valid safetensors file: u64 header length, JSON header, zero payload."""
+    header, offset = {'__metadata__': {'format': 'pt'}}, 0
+    for name, size in tensors.items():
+        header[name] = {'dtype': 'F16', 'shape': [size // 2], 'data_offsets': [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(path, 'wb') as handle:
+        handle.write(struct.pack('<Q', len(raw)))
+        handle.write(raw)
+        handle.write(b'\0' * offset)
+
+
+def test_a_whisper_model_directory_loads_with_its_safetensors_bytes(tmp_path):
+    (tmp_path / 'config.json').write_text(json.dumps(whisper_config(encoder_layers=4, decoder_layers=2)))
+    _write_safetensors(str(tmp_path / 'model.safetensors'), {
+        'model.encoder.layers.3.fc1.weight': 1000, 'model.decoder.layers.1.fc1.weight': 600,
+        'model.decoder.embed_tokens.weight': 400, 'proj_out.weight': 400})
+    spec = ml.resolve_model(str(tmp_path))
+    assert spec.source == 'model_dir' and spec.layer_kinds == ['full', 'cross'] * 2
+    # encoder layer 3 is past the 2 decoder layers and still loaded; proj_out is tied, not loaded
+    assert spec.weight_bytes == 2000 and spec.weight_bytes_exact
+    assert '400 B not counted (lm_head stored although tie_word_embeddings is true)' in spec.weight_bytes_note
+
+
+def test_a_whisper_model_directory_with_a_bad_number_is_refused_naming_it(tmp_path):
+    (tmp_path / 'config.json').write_text(json.dumps(whisper_config(max_source_positions='1500')))
+    _write_safetensors(str(tmp_path / 'model.safetensors'), {'w': 10})
+    with pytest.raises(ModelSpecError) as raised:
+        ml.resolve_model(str(tmp_path))
+    assert "'max_source_positions'" in str(raised.value)
 
 
 WHISPER_KEYS = ('d_model', 'encoder_layers', 'decoder_layers', 'encoder_attention_heads',
