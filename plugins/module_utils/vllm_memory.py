@@ -423,7 +423,10 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version, sampler)
     sampler = sum(parts.values())
     hidden_states = (max_num_batched_tokens + HIDDEN_STATE_ROW_COPIES * rows) * spec.hidden_size * spec.dtype_bytes
-    forward = max_num_batched_tokens * spec.dtype_bytes * (
+    # encoder-decoder: the profile run also passes max_encoder_len positions through the encoder
+    # (vLLM profiles max_num_encoder_input_tokens), layers as wide as the decoder's (Whisper)
+    forward_tokens = max(max_num_batched_tokens, spec.max_encoder_len or 0)
+    forward = forward_tokens * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
     reserve = 0
     if path == 'no_sort' and NO_SORT_ERA_RESERVE and version is not None \
@@ -446,13 +449,16 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '
                'topk_topp_sampler.py; only the sort residual is %s); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
-               'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens x (4 x hidden + 3 '
+               'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens%s x (4 x hidden + 3 '
                'x FFN %d / TP %d) x %d B (shapes)' % (
                    _gib(sampler), _gib(hidden_states), (' + reserve %s' % _gib(reserve)) if reserve else '',
                    _gib(forward), _gib(peak), path,
                    version or 'unknown', max_num_seqs, max_num_batched_tokens, rows, spec.vocab_size,
                    per_logit, SAMPLER_SORT_RESIDUAL.describe(), max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
-                   spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp, spec.dtype_bytes)) + guard
+                   spec.dtype_bytes, forward_tokens,
+                   (' (the encoder pass: max_encoder_len, above max_num_batched_tokens %d)' % max_num_batched_tokens
+                    if forward_tokens > max_num_batched_tokens else ''),
+                   ffn_width(spec), tp, spec.dtype_bytes)) + guard
     return peak, terms, explain
 
 

@@ -275,3 +275,17 @@ def test_llamacpp_refuses_naming_the_kind(backend, version):
     message = str(raised.value)
     assert raised.value.field == 'model' and "'cross'" in message and '32 cross-attention' in message
     assert 'vLLM' in message
+
+
+def test_the_encoder_pass_bounds_the_forward_activation_from_below():
+    # the profile run passes max_encoder_len (1500) positions through the encoder: with fewer
+    # batched tokens than that, the forward term is sized on 1500 tokens
+    spec = whisper()
+    _peak, small, explain = vm.activation_peak(spec, 1, 8, 512)
+    assert small['activation_forward_pass'] == 1500 * 2 * (4 * 1280 + 3 * 5120) == 61440000
+    assert 'the encoder pass: max_encoder_len' in explain
+    _peak, default, explain = vm.activation_peak(spec, 1, 8, 2048)
+    assert default['activation_forward_pass'] == 2048 * 2 * (4 * 1280 + 3 * 5120)
+    assert 'encoder pass' not in explain
+    plan = plan_vllm(spec, rtx4090(), TRAFFIC, {'max_num_batched_tokens': 512}, '0.11.0')
+    assert plan.feasible and plan.memory[0].terms['activation_forward_pass'] == 61440000
