@@ -10,7 +10,9 @@ name into its class, which knows:
   ``vllm/v1/kv_cache_interface.py`` does with FullAttentionSpec, SlidingWindowSpec,
   MLAAttentionSpec and MambaSpec: page size per token, ``max_memory_usage_bytes``);
 - llama.cpp: K and V values per cell of the layer (llama-hparams ``n_embd_k_gqa`` /
-  ``n_embd_v_gqa``) and whether it is one of the sliding-window (iSWA) cache's layers.
+  ``n_embd_v_gqa``) and whether it is one of the sliding-window (iSWA) cache's layers, or why
+  llama.cpp cannot serve the kind at all (``llamacpp_refusal``);
+- the first vLLM release whose V1 engine caches the kind (``vllm_since``, None: every release).
 
 The planners ask the kind instead of comparing kind names, so a new kind lands here.
 """
@@ -20,12 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_profile import MLA_BLOCK_SIZE
+from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_profile import CROSS_ATTENTION_SINCE, MLA_BLOCK_SIZE
 
 LAYER_FULL = 'full'          # ordinary (GQA/MHA) attention over the whole context
 LAYER_SLIDING = 'sliding'    # sliding-window attention (window = ModelSpec.sliding_window)
 LAYER_MLA = 'mla'            # multi-head latent attention (DeepSeek V2/V3/R1)
 LAYER_NO_KV = 'none'         # no KV cache (e.g. linear attention / state-space layers)
+LAYER_CROSS = 'cross'        # decoder cross-attention over the encoder output (Whisper)
 
 
 def cdiv(numerator, denominator):
@@ -56,13 +59,17 @@ class FullAttention:
     vllm_block_size = None   # the engine's default block size
     vllm_block_size_reason = None
     v0_kind = LAYER_FULL     # what vLLM's V0 engine (no hybrid KV manager) caches: None, not modelled there
+    vllm_since = None        # first vLLM release (tuple) whose V1 engine caches this kind; None: all
+    llamacpp_refusal = None  # why llama.cpp / llama-box cannot serve this kind; None: it can
+    vllm_pipeline_refusal = None  # why vLLM cannot split models with this kind into pipeline stages
+    vllm_no_chunked_prefill = None  # why vLLM (V1) turns chunked prefill off for models with this kind
 
     def vllm_bytes_per_token(self, spec, tp, kv_dtype_bytes):
         return 2 * kv_heads_per_gpu(spec, tp) * spec.head_dim * kv_dtype_bytes
 
-    def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens):
+    def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens, max_encoder_len=0):
         """Blocks one request of ``tokens`` tokens holds in one group of these layers."""
-        del sliding_window, max_num_batched_tokens
+        del sliding_window, max_num_batched_tokens, max_encoder_len
         return cdiv(tokens, block_size)
 
     def vllm_group_rule(self, spec, group_size, block_size):
@@ -88,7 +95,8 @@ class SlidingWindowAttention(FullAttention):
     # V0 turns interleaved windows off and frees only whole blocks behind a uniform one: full is the bound
     v0_kind = LAYER_FULL
 
-    def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens):
+    def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens, max_encoder_len=0):
+        del max_encoder_len
         # kv_cache_interface SlidingWindowSpec.max_memory_usage_bytes: one block more than the window needs
         held = min(sliding_window - 1 + max_num_batched_tokens, tokens)
         return cdiv(held, block_size) + 1
@@ -142,8 +150,59 @@ class LinearAttention(FullAttention):
         return LayerKV(0, 0, False)
 
 
+class CrossAttention(FullAttention):
+    """Decoder cross-attention over the encoder's output in encoder-decoder models (Whisper):
+    vLLM ``CrossAttentionSpec`` (vllm/v1/kv_cache_interface.py, since 0.10.2).
+
+    - Page: an ``AttentionSpec`` like full attention, K and V per KV head per rank per token.
+    - Blocks: ``max_memory_usage_bytes`` = cdiv(max_encoder_len, block_size) pages, with
+      max_encoder_len = ``scheduler_config.max_num_encoder_input_tokens``, which
+      vllm/config/vllm.py sets for encoder-decoder models to
+      ``MULTIMODAL_REGISTRY.get_encdec_max_encoder_len`` (Whisper: max_source_positions, 1500;
+      vllm/model_executor/models/whisper.py). The scheduler allocates them once, when the request
+      starts (vllm/v1/core/sched/scheduler.py ``num_encoder_tokens`` passed to ``allocate_slots``:
+      Whisper input is always padded to the maximum), so they do not grow with the decoder tokens.
+    - Groups: the V1 KV manager puts the cross layers in their own KV group next to the
+      self-attention group (a different spec type: ``CrossAttentionManager``, no prefix caching),
+      drawn from the one block pool.
+    """
+    name = LAYER_CROSS
+    label = 'cross-attention (encoder-decoder)'
+    v0_kind = None           # the V0 cross_block_table layout is not modelled (vllm_profile.CROSS_ATTENTION_SINCE)
+    vllm_since = CROSS_ATTENTION_SINCE
+    # llama.cpp has no Whisper architecture (src/llama-arch.cpp); its one encoder-decoder model,
+    # T5, keeps the encoder output in host memory (llama_context ``cross.v_embd``) and recomputes
+    # cross K/V from it every step: nothing of that sits in the KV cache this planner sizes.
+    llamacpp_refusal = ('llama.cpp / llama-box has no encoder-decoder model with a cross-attention KV '
+                        'cache (no Whisper architecture in src/llama-arch.cpp; T5 keeps the encoder '
+                        'output outside the KV cache): serve it with vLLM')
+    # vllm/model_executor/models/whisper.py: WhisperForConditionalGeneration(nn.Module,
+    # SupportsTranscription, SupportsMultiModal), no SupportsPP: vLLM refuses --pipeline-parallel-size > 1
+    # vllm/config/vllm.py (0.10.2+): "Encoder-decoder models do not support chunked prefill nor prefix
+    # caching; disabling both." (disable_chunked_prefill_reasons)
+    vllm_no_chunked_prefill = ('off: vLLM turns chunked prefill and prefix caching off for encoder-decoder '
+                               'models (vllm/config/vllm.py: "Encoder-decoder models do not support chunked '
+                               'prefill nor prefix caching"); a prompt is prefilled whole, within '
+                               'max_num_batched_tokens')
+    vllm_pipeline_refusal = ('vLLM\'s encoder-decoder model (WhisperForConditionalGeneration, '
+                             'vllm/model_executor/models/whisper.py) does not support pipeline parallelism '
+                             '(no SupportsPP): use tensor parallelism')
+
+    def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens, max_encoder_len=0):
+        del tokens, sliding_window, max_num_batched_tokens
+        if max_encoder_len < 1:
+            raise PlanInputError('model', 'cross-attention layers need max_encoder_len >= 1, got %r'
+                                 % (max_encoder_len,))
+        return cdiv(max_encoder_len, block_size)
+
+    def vllm_group_rule(self, spec, group_size, block_size):
+        return ('one KV group of %d cross-attention layers: a request holds ceil(max_encoder_len %d / %d) '
+                '= %d blocks from its start, whatever its decoder length' % (
+                    group_size, spec.max_encoder_len, block_size, cdiv(spec.max_encoder_len, block_size)))
+
+
 ATTENTION_KINDS = {kind.name: kind for kind in (FullAttention(), SlidingWindowAttention(), LatentAttention(),
-                                                LinearAttention())}
+                                                LinearAttention(), CrossAttention())}
 LAYER_KINDS = tuple(ATTENTION_KINDS)
 
 

@@ -790,6 +790,10 @@ def _check_inputs(spec, gpus, traffic):
         raise PlanInputError('model', 'expected a ModelSpec, got %s' % type(spec).__name__)
     if not isinstance(traffic, Traffic):
         raise PlanInputError('traffic', 'expected a Traffic, got %s' % type(traffic).__name__)
+    for name in sorted(set(spec.layer_kinds)):
+        if kind_of(name).llamacpp_refusal:
+            raise PlanInputError('model', '%s has %d %s layers (kind %r): %s' % (
+                spec.name, spec.kv_layer_count(name), kind_of(name).label, name, kind_of(name).llamacpp_refusal))
     if not gpus:
         raise PlanInputError('gpus', 'no GPUs given: layer offload needs at least one GPU')
     for position, gpu in enumerate(gpus):

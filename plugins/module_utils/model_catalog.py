@@ -304,6 +304,17 @@ CATALOG = dict([
            _weight_bytes_source='openai/gpt-oss-120b safetensors tensor bytes 65,248,815,744 '
                                 '(files 65,248,893,184 with headers), quoted in a public '
                                 'inventory test (find_string 65248815744)'),
+
+    # ---- OpenAI Whisper (encoder-decoder: per decoder layer one self- and one cross-attention KV
+    # layer over max_source_positions = 1500 encoder positions; one model.safetensors, no index:
+    # stored bytes computed, 1,543,490,560 params x 2 B). tie_word_embeddings is absent from the
+    # config (WhisperConfig default true: proj_out is the token embedding).
+    _entry('openai/whisper-large-v3', {
+        'architectures': ['WhisperForConditionalGeneration'], 'model_type': 'whisper', 'torch_dtype': 'float16',
+        'd_model': 1280, 'encoder_layers': 32, 'decoder_layers': 32, 'num_hidden_layers': 32,
+        'encoder_attention_heads': 20, 'decoder_attention_heads': 20, 'encoder_ffn_dim': 5120,
+        'decoder_ffn_dim': 5120, 'vocab_size': 51866, 'num_mel_bins': 128,
+        'max_source_positions': 1500, 'max_target_positions': 448}),
 ])
 
 # Short names -> catalog name (matched case-insensitively, like catalog names).
@@ -344,4 +355,5 @@ ALIASES = {
     'deepseek-r1': 'deepseek-ai/DeepSeek-R1',
     'gpt-oss-20b': 'openai/gpt-oss-20b',
     'gpt-oss-120b': 'openai/gpt-oss-120b',
+    'whisper-large-v3': 'openai/whisper-large-v3',
 }

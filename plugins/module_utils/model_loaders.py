@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    GEOMETRY_LIMITS, GGUFLayout, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
+    GEOMETRY_LIMITS, GGUFLayout, LAYER_CROSS, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
     MAX_WEIGHT_BYTES, ModelSpec, ModelSpecError, check_int_range, check_spec)
 from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import (
@@ -58,6 +58,12 @@ DIM_LIMITS = {
     'first_k_dense_replace': _LIMIT['num_layers'], 'max_window_layers': _LIMIT['num_layers'],
     'sliding_window_pattern': _LIMIT['num_layers'],
     'num_nextn_predict_layers': _LIMIT['num_layers'],
+    # encoder-decoder (Whisper) keys: each decoder layer is two KV layers (self + cross)
+    'd_model': _LIMIT['hidden_size'], 'encoder_layers': _LIMIT['num_layers'],
+    'decoder_layers': _LIMIT['num_layers'] // 2, 'encoder_attention_heads': _LIMIT['num_attention_heads'],
+    'decoder_attention_heads': _LIMIT['num_attention_heads'], 'encoder_ffn_dim': _LIMIT['intermediate_size'],
+    'decoder_ffn_dim': _LIMIT['intermediate_size'], 'max_source_positions': _LIMIT['max_encoder_len'],
+    'max_target_positions': _LIMIT['max_position_embeddings'], 'num_mel_bins': 1024,
 }
 # What a config.json / index file / safetensors header may be: real ones are kilobytes
 # (an index of 100k tensors about 10 MB; the safetensors format caps headers at 100 MB).
@@ -616,13 +622,150 @@ def _dtype_bytes(config):
     return DTYPE_BYTES[dtype]
 
 
+def _checked_weight_bytes(weight_bytes):
+    if isinstance(weight_bytes, bool) or not isinstance(weight_bytes, int) or weight_bytes <= 0:
+        raise ModelSpecError('weight_bytes', 'must be a positive integer number of bytes, '
+                             'got %r' % (weight_bytes,))
+    if weight_bytes > MAX_WEIGHT_BYTES:
+        raise ModelSpecError('weight_bytes', '%d B is more than any checkpoint holds (limit %d B)'
+                             % (weight_bytes, MAX_WEIGHT_BYTES))
+    return weight_bytes
+
+
+# ---------------------------------------------------------------- encoder-decoder (cross-attention)
+# Architectures whose decoder layers each hold a self-attention and a cross-attention KV cache.
+# Whisper is the one encoder-decoder model vLLM's V1 engine serves (vllm/v1/core/sched/scheduler.py:
+# "Whisper is the only supported encoder-decoder model"); its config keys are transformers'
+# WhisperConfig (d_model, encoder_/decoder_layers, ..._attention_heads, ..._ffn_dim,
+# max_source_positions, max_target_positions, num_mel_bins).
+ENCODER_DECODER_ARCHITECTURES = ('WhisperForConditionalGeneration',)
+
+
+def whisper_tensor_groups(cfg):
+    """Weight tensor groups of a Whisper checkpoint (transformers modeling_whisper): a conv
+    front end and ``encoder_layers`` encoder layers, ``decoder_layers`` decoder layers with
+    self- and cross-attention, learned positions on both sides, proj_out tied to the token
+    embedding. Replicated: what vLLM's whisper.py keeps
+    whole per TP rank (nn.Conv1d front end, nn.Embedding positions, norms and biases: the
+    column-parallel biases are split there, so counting them whole errs on the large side).
+    No proj_out: vLLM ties it to the token embedding whatever the config says (whisper.py
+    ``proj_out.tie_weights(embed_tokens)``, ``load_weights`` skips the ``proj_out.`` prefix)."""
+    d, enc, dec = cfg['d_model'], cfg['encoder_layers'], cfg['decoder_layers']
+    enc_ff, dec_ff, mel = cfg['encoder_ffn_dim'], cfg['decoder_ffn_dim'], cfg['num_mel_bins']
+    groups = [
+        TensorGroup('encoder.conv', ROLE_LINEAR, d, 3 * mel + 3 * d, 1, replicated=True),
+        TensorGroup('encoder.conv_bias', ROLE_VECTOR, d, 1, 2, replicated=True),
+        TensorGroup('encoder.embed_positions', ROLE_EMBED, cfg['max_source_positions'], d, 1, replicated=True),
+        TensorGroup('encoder.attn', ROLE_LINEAR, d, d, 4 * enc),
+        TensorGroup('encoder.mlp', ROLE_LINEAR, enc_ff, d, 2 * enc),
+        # q/v/out biases (k has none), fc1/fc2 biases, two layer norms (weight + bias)
+        TensorGroup('encoder.vectors', ROLE_VECTOR, 3 * d + enc_ff + d + 4 * d, 1, enc, replicated=True),
+        TensorGroup('encoder.layer_norm', ROLE_VECTOR, d, 1, 2, replicated=True),
+        TensorGroup('decoder.embed_tokens', ROLE_EMBED, cfg['vocab_size'], d, 1),
+        TensorGroup('decoder.embed_positions', ROLE_EMBED, cfg['max_target_positions'], d, 1, replicated=True),
+        # self_attn and encoder_attn: q, k, v, out each
+        TensorGroup('decoder.attn', ROLE_LINEAR, d, d, 8 * dec),
+        TensorGroup('decoder.mlp', ROLE_LINEAR, dec_ff, d, 2 * dec),
+        # q/v/out biases of both attentions, fc1/fc2 biases, three layer norms
+        TensorGroup('decoder.vectors', ROLE_VECTOR, 6 * d + dec_ff + d + 6 * d, 1, dec, replicated=True),
+        TensorGroup('decoder.layer_norm', ROLE_VECTOR, d, 1, 2, replicated=True),
+    ]
+    return groups
+
+
+def _encoder_decoder_numbers(config):
+    """The Whisper config keys the planner reads, each type- and range-checked by name."""
+    cfg = {}
+    for key in ('d_model', 'encoder_layers', 'decoder_layers', 'encoder_attention_heads',
+                'decoder_attention_heads', 'encoder_ffn_dim', 'decoder_ffn_dim', 'vocab_size',
+                'max_source_positions', 'max_target_positions', 'num_mel_bins'):
+        cfg[key] = _positive_int(config, key)
+    for side in ('encoder', 'decoder'):
+        heads = cfg['%s_attention_heads' % side]
+        if cfg['d_model'] % heads:
+            raise ModelSpecError('model', "config key 'd_model' (%d) is not a multiple of '%s_attention_heads' (%d)"
+                                 % (cfg['d_model'], side, heads))
+    tie = config.get('tie_word_embeddings', True)     # WhisperConfig default; vLLM ties proj_out anyway
+    if not isinstance(tie, bool):
+        raise ModelSpecError('model', "config key 'tie_word_embeddings' must be true or false, got %r" % (tie,))
+    return cfg
+
+
+def _weight_dims(config):
+    """``ArchDims`` for sorting a checkpoint's tensors into loaded and skipped: an encoder-decoder
+    config's layers are the larger stack (encoder and decoder tensors both sit under
+    ``...layers.<i>.``) and its head, proj_out, is always tied in vLLM."""
+    if _architecture(config, config) not in ENCODER_DECODER_ARCHITECTURES:
+        return arch_dims(config)
+    cfg = _encoder_decoder_numbers(config)
+    heads = cfg['decoder_attention_heads']
+    return ArchDims(
+        architecture=_architecture(config, config), model_type=_model_type(config, config),
+        hidden_size=cfg['d_model'], num_layers=max(cfg['encoder_layers'], cfg['decoder_layers']),
+        num_attention_heads=heads, num_kv_heads=heads, head_dim=cfg['d_model'] // heads,
+        vocab_size=cfg['vocab_size'], intermediate_size=cfg['decoder_ffn_dim'], tie_word_embeddings=True)
+
+
+def spec_from_encoder_decoder_config(config, name, weight_bytes=None, weight_note=None, source='hf_config',
+                                     weight_bytes_exact=False):
+    """ModelSpec of a Whisper ``config.json``: per decoder layer one self-attention ('full') and
+    one cross-attention ('cross') KV layer, so ``num_layers`` is 2 x decoder_layers; the encoder
+    layers cache nothing (vLLM: encoder attention has no KV cache spec). max_model_len is
+    max_target_positions (vLLM's derived max_model_len: 448 for Whisper), max_encoder_len
+    max_source_positions (vLLM get_encdec_max_encoder_len -> WhisperProcessingInfo
+    get_num_audio_tokens: 1500)."""
+    arch = _architecture(config, config)
+    cfg = _encoder_decoder_numbers(config)
+    if config.get('quantization_config'):
+        raise ModelSpecError('model', "config key 'quantization_config': quantized %s checkpoints are not "
+                             "modelled (only 16-bit encoder-decoder weights)" % arch)
+    loaded_dtype = min(_dtype_bytes(config), LOADED_FLOAT_BYTES)
+    scheme = QuantScheme(None, loaded_dtype, describe='%d B/param (bf16/fp16)' % loaded_dtype)
+    groups = whisper_tensor_groups(cfg)
+    computed, replicated, by_role = stored_weight_bytes(groups, scheme)
+    if weight_bytes is not None:
+        weight_bytes = _checked_weight_bytes(weight_bytes)
+        note, exact = weight_note or 'given', bool(weight_bytes_exact)
+    else:
+        weight_bytes = computed
+        note, exact = 'computed from config dimensions (encoder and decoder): %s' % scheme.describe, False
+    dec = cfg['decoder_layers']
+    return check_spec(ModelSpec(
+        name=str(name), source=source, architecture=arch, num_layers=2 * dec,
+        hidden_size=cfg['d_model'], intermediate_size=cfg['decoder_ffn_dim'],
+        num_attention_heads=cfg['decoder_attention_heads'], num_kv_heads=cfg['decoder_attention_heads'],
+        head_dim=cfg['d_model'] // cfg['decoder_attention_heads'], vocab_size=cfg['vocab_size'],
+        max_position_embeddings=cfg['max_target_positions'], tie_word_embeddings=True, dtype_bytes=2,
+        layer_kinds=[LAYER_FULL, LAYER_CROSS] * dec, max_encoder_len=cfg['max_source_positions'],
+        param_count=sum(g.elements for g in groups), weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
+        weight_bytes_note=note, quantization=None, replicated_bytes=replicated,
+        extra={
+            'model_type': _model_type(config, config),
+            'multimodal': False,
+            'layer_kinds_rule': ('encoder-decoder: each of the %d decoder layers is one self-attention (full) '
+                                 'and one cross-attention layer over %d encoder positions; the %d encoder '
+                                 'layers cache no KV' % (dec, cfg['max_source_positions'], cfg['encoder_layers'])),
+            'encoder_layers': cfg['encoder_layers'],
+            'quant_scheme': scheme.describe,
+            'computed_weight_bytes': computed,
+            'weight_bytes_by_role': by_role,
+            'params_by_group': dict((g.name, g.elements) for g in groups),
+        },
+    ))
+
+
 def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, source='hf_config',
                         weight_bytes_exact=False):
     """ModelSpec from an HF ``config.json`` dict.
 
     ``weight_bytes``: the checkpoint's stored bytes when known (safetensors index); else
     they are computed from the dimensions and the quantization scheme."""
+    if not isinstance(config, dict):
+        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type(config).__name__)
     config = {k: v for k, v in config.items() if not str(k).startswith('_')}
+    if _architecture(config, config) in ENCODER_DECODER_ARCHITECTURES:
+        return spec_from_encoder_decoder_config(config, name, weight_bytes, weight_note, source,
+                                                weight_bytes_exact)
     dims = arch_dims(config)
     text, _mm = _text_config(config)
     stored_dtype = _dtype_bytes(config)
@@ -645,12 +788,7 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
     kinds, window, kinds_rule = layer_kinds_from_config(config)
     what = 'text decoder only (vision tower not counted)' if dims.multimodal else 'whole decoder'
     if weight_bytes is not None:
-        if isinstance(weight_bytes, bool) or not isinstance(weight_bytes, int) or weight_bytes <= 0:
-            raise ModelSpecError('weight_bytes', 'must be a positive integer number of bytes, '
-                                 'got %r' % (weight_bytes,))
-        if weight_bytes > MAX_WEIGHT_BYTES:
-            raise ModelSpecError('weight_bytes', '%d B is more than any checkpoint holds (limit %d B)'
-                                 % (weight_bytes, MAX_WEIGHT_BYTES))
+        weight_bytes = _checked_weight_bytes(weight_bytes)
         note = weight_note or 'given'
         exact = bool(weight_bytes_exact)
     else:
@@ -819,7 +957,7 @@ def _tensor_span(path, position, info, payload):
 
 # Decoder-layer tensors: model.layers.N., language_model.model.layers.N., ...
 LAYER_TENSOR_RE = re.compile(r'^(?:[a-z_]+\.)*layers\.(\d+)\.')
-TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight')
+TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight', 'proj_out.weight')    # proj_out: Whisper
 
 
 def _not_loaded(name, dims):
@@ -885,7 +1023,7 @@ def _as_loaded(stored, note, config):
 def _model_dir_weight_bytes(path, config):
     """(bytes vLLM loads, note) from safetensors headers or the index; (None, None) when
     the directory has neither."""
-    dims = arch_dims(config)
+    dims = _weight_dims(config)
     index_path = os.path.join(path, SAFETENSORS_INDEX)
     total, weight_map = _read_index(index_path) if os.path.isfile(index_path) else (None, {})
     files = sorted(f for f in os.listdir(path) if f.endswith('.safetensors'))

@@ -17,7 +17,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Plan
 # Layer kinds, one per decoder layer, in ``ModelSpec.layer_kinds``: defined (and costed) in
 # attention_kinds, re-exported here for the loaders and planners that build specs.
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (  # pylint: disable=unused-import
-    LAYER_FULL, LAYER_KINDS, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, kind_of)
+    LAYER_CROSS, LAYER_FULL, LAYER_KINDS, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, kind_of)
 
 
 class ModelSpecError(PlanInputError):
@@ -45,8 +45,10 @@ GEOMETRY_LIMITS = {
     'num_experts_per_tok': (0, 4096),
     'moe_intermediate_size': (0, 1 << 20),
     'num_shared_experts': (0, 4096),
+    # encoder positions a cross-attention layer caches per request (Whisper: 1500 audio frames)
+    'max_encoder_len': (1, 1 << 20),
 }
-OPTIONAL_GEOMETRY = ('sliding_window', 'kv_lora_rank', 'qk_rope_head_dim')
+OPTIONAL_GEOMETRY = ('sliding_window', 'kv_lora_rank', 'qk_rope_head_dim', 'max_encoder_len')
 # Stored weights: the largest open checkpoints hold about 2 TB.
 MAX_WEIGHT_BYTES = 1 << 44
 DTYPE_BYTES_CHOICES = (1, 2, 4)
@@ -98,6 +100,9 @@ def check_spec(spec):
         raise _geometry_error(spec, 'sliding_window', 'is missing but layers slide')
     if LAYER_MLA in spec.layer_kinds and (spec.kv_lora_rank is None or spec.qk_rope_head_dim is None):
         raise _geometry_error(spec, 'kv_lora_rank', 'and qk_rope_head_dim are needed by MLA layers')
+    if LAYER_CROSS in spec.layer_kinds and spec.max_encoder_len is None:
+        raise _geometry_error(spec, 'max_encoder_len', 'is missing but %d layers are cross-attention'
+                              % spec.kv_layer_count(LAYER_CROSS))
     if spec.num_experts_per_tok > spec.num_experts:
         raise _geometry_error(spec, 'num_experts_per_tok', '%d is more than the %d experts'
                               % (spec.num_experts_per_tok, spec.num_experts))
@@ -161,6 +166,9 @@ class ModelSpec:
     # MLA (DeepSeek): KV per token per layer = (kv_lora_rank + qk_rope_head_dim) * dtype
     kv_lora_rank: Optional[int] = None
     qk_rope_head_dim: Optional[int] = None
+    # Encoder-decoder (cross-attention layers): encoder positions one request's cross-attention
+    # caches, fixed per request (vLLM max_num_encoder_input_tokens; Whisper max_source_positions)
+    max_encoder_len: Optional[int] = None
     # MoE
     num_experts: int = 0
     num_experts_per_tok: int = 0

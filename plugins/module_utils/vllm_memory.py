@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
-    LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
+    LAYER_CROSS, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -259,6 +259,7 @@ class KvLayout:
     sliding_window: int
     max_num_batched_tokens: int
     rule: str
+    max_encoder_len: int = 0        # cross-attention groups: encoder positions each request holds
 
     @property
     def hybrid(self):
@@ -267,7 +268,7 @@ class KvLayout:
     def blocks_per_request(self, tokens):
         """Blocks one request of ``tokens`` tokens holds (kv_cache_interface max_memory_usage)."""
         return sum(count * kind_of(kind).vllm_blocks_per_request(
-            tokens, self.block_size, self.sliding_window, self.max_num_batched_tokens)
+            tokens, self.block_size, self.sliding_window, self.max_num_batched_tokens, self.max_encoder_len)
             for kind, count in self.groups.items())
 
 
@@ -298,9 +299,14 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
                 'ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1' % (
                     ', '.join('%d %s layers' % (n, k) for k, n in sorted(counts.items())),
                     group_size, _gib(bytes_per_block)))
+        if LAYER_CROSS in counts:
+            # CrossAttentionSpec.max_memory_usage_bytes: fixed by the encoder length, not L
+            rule += '; cross-attention groups ceil(max_encoder_len %d / bs) = %d blocks from the request\'s start' % (
+                spec.max_encoder_len, _cdiv(spec.max_encoder_len, block_size))
     return KvLayout(block_size=block_size, bytes_per_token=per_token, bytes_per_block=bytes_per_block,
                     groups=groups, group_size=group_size, sliding_window=spec.sliding_window or 0,
-                    max_num_batched_tokens=max_num_batched_tokens, rule=rule)
+                    max_num_batched_tokens=max_num_batched_tokens, rule=rule,
+                    max_encoder_len=spec.max_encoder_len or 0)
 
 
 # ---------------------------------------------------------------- weights
@@ -417,7 +423,10 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version, sampler)
     sampler = sum(parts.values())
     hidden_states = (max_num_batched_tokens + HIDDEN_STATE_ROW_COPIES * rows) * spec.hidden_size * spec.dtype_bytes
-    forward = max_num_batched_tokens * spec.dtype_bytes * (
+    # encoder-decoder: the profile run also passes max_encoder_len positions through the encoder
+    # (vLLM profiles max_num_encoder_input_tokens), layers as wide as the decoder's (Whisper)
+    forward_tokens = max(max_num_batched_tokens, spec.max_encoder_len or 0)
+    forward = forward_tokens * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
     reserve = 0
     if path == 'no_sort' and NO_SORT_ERA_RESERVE and version is not None \
@@ -440,13 +449,16 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '
                'topk_topp_sampler.py; only the sort residual is %s); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
-               'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens x (4 x hidden + 3 '
+               'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens%s x (4 x hidden + 3 '
                'x FFN %d / TP %d) x %d B (shapes)' % (
                    _gib(sampler), _gib(hidden_states), (' + reserve %s' % _gib(reserve)) if reserve else '',
                    _gib(forward), _gib(peak), path,
                    version or 'unknown', max_num_seqs, max_num_batched_tokens, rows, spec.vocab_size,
                    per_logit, SAMPLER_SORT_RESIDUAL.describe(), max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
-                   spec.dtype_bytes, max_num_batched_tokens, ffn_width(spec), tp, spec.dtype_bytes)) + guard
+                   spec.dtype_bytes, forward_tokens,
+                   (' (the encoder pass: max_encoder_len, above max_num_batched_tokens %d)' % max_num_batched_tokens
+                    if forward_tokens > max_num_batched_tokens else ''),
+                   ffn_width(spec), tp, spec.dtype_bytes)) + guard
     return peak, terms, explain
 
 
@@ -574,6 +586,8 @@ def _check_spec(spec):
         raise PlanInputError('model', '%s: MLA layers need kv_lora_rank and qk_rope_head_dim' % spec.name)
     if LAYER_SLIDING in spec.layer_kinds and not spec.sliding_window:
         raise PlanInputError('model', '%s: sliding-window layers need sliding_window' % spec.name)
+    if LAYER_CROSS in spec.layer_kinds and not spec.max_encoder_len:
+        raise PlanInputError('model', '%s: cross-attention layers need max_encoder_len' % spec.name)
 
 
 def _check_traffic(traffic):
@@ -757,14 +771,24 @@ def _batch_settings(ctx, max_model_len):
             reasons['max_num_batched_tokens'] = pre.rule
     else:
         defaults = prof.batch_defaults(version, first.get('name'), first['memory_total'])
+        off = [kind_of(k).vllm_no_chunked_prefill for k in spec.layer_kinds if kind_of(k).vllm_no_chunked_prefill]
+        if off:
+            chunked = False
+            reasons['enable_chunked_prefill'] = off[0]
     if mnbt is None:
         mnbt = defaults.max_num_batched_tokens
-        reasons['max_num_batched_tokens'] = defaults.rule + ' (chunked prefill on; pinned so the ' \
-            'profiled activation peak is the one that runs)'
+        reasons['max_num_batched_tokens'] = defaults.rule + (' (chunked prefill on; pinned so the '
+                                                             'profiled activation peak is the one that runs)' if chunked else
+                                                             ' (pinned so the profiled activation peak is the one that runs; '
+                                                             'chunked prefill off: a whole prompt fits in it)')
         if knobs.get('max_num_seqs', 0) > mnbt:
             mnbt = knobs['max_num_seqs']
             reasons['max_num_batched_tokens'] = ('raised to max_num_seqs %d: vLLM requires '
                                                  'max_num_batched_tokens >= max_num_seqs' % mnbt)
+    elif not chunked and acct.engine != 'v0' and mnbt < max_model_len:
+        # vllm/config/scheduler.py (chunked prefill off): max_num_batched_tokens must be >= max_model_len
+        raise PlanInputError('max_num_batched_tokens', '%d is below max_model_len %d: with chunked prefill off '
+                             '(%s) vLLM refuses to start' % (mnbt, max_model_len, spec.name))
     return block_size, chunked, mnbt, reasons
 
 
@@ -1012,6 +1036,11 @@ def engine_spec(spec, version):
     KV manager: interleaved sliding windows are turned off (every layer caches every token) and a
     uniform window only frees whole blocks behind it, so sliding layers are planned as full
     attention (the bound, never under it). MLA on V0 (0.7.1+) was not read: refused."""
+    for kind in sorted(set(kind_of(k) for k in spec.layer_kinds), key=lambda kind: kind.name):
+        if kind.vllm_since is not None and not version.at_least(kind.vllm_since):
+            raise PlanInputError('model', '%s uses %s; vLLM %s serves it only on the V0 engine, whose KV layout '
+                                 'for it is not modelled: use vLLM %s or later (its V1 engine caches it)' % (
+                                     spec.name, kind.label, version, prof.version_tuple_text(kind.vllm_since)))
     if prof.accounting(version).engine != 'v0':
         return spec
     unmodelled = [kind_of(k) for k in spec.layer_kinds if kind_of(k).v0_kind is None]
@@ -1266,8 +1295,11 @@ def _engine_args(ctx, ev, max_model_len):
         reasons['max_num_batched_tokens'] = 'set by the user (%d)' % ev.max_num_batched_tokens
     if ev.chunked_prefill:
         args.append(prof.render_flag('enable_chunked_prefill'))
-    else:
+    elif ctx.acct.engine == 'v0':
         args.append(prof.render_flag('enable_chunked_prefill', 'False'))
+        settings['enable_chunked_prefill'] = False
+    else:
+        # V1 turns it off by itself (encoder-decoder); its CLI switch takes no '=False' value
         settings['enable_chunked_prefill'] = False
     reasons['enable_chunked_prefill'] = ev.reasons.get('enable_chunked_prefill', (
         'on: prefill is split into max_num_batched_tokens chunks, so the activation peak does not '

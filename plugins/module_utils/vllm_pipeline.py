@@ -40,7 +40,7 @@ import dataclasses
 import math
 import re
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import vllm_forced_block_size
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of, vllm_forced_block_size
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
@@ -372,6 +372,10 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
                              'which this planner does not model' % (
                                  version, prof.version_tuple_text(prof.PIPELINE_V1_SINCE)))
     vm._check_spec(spec)
+    for kind in sorted(set(kind_of(k) for k in spec.layer_kinds if kind_of(k).vllm_pipeline_refusal),
+                       key=lambda kind: kind.name):
+        raise PlanInputError('pipeline_parallel_size', '%s has %s layers: %s' % (
+            spec.name, kind.label, kind.vllm_pipeline_refusal))
     vm._check_traffic(traffic)
     if not gpus:
         raise PlanInputError('gpus', 'no GPUs given: vLLM needs at least one GPU')

@@ -332,6 +332,13 @@ CUBLAS_IN_BASELINE_SINCE = (0, 33, 0)
 DEVICE_WIDE_NON_TORCH_UNTIL = (0, 9, 0)
 # The V1 engine is the default from 0.8.0 (vllm/envs.py VLLM_USE_V1 default "1"; "0" in 0.6.x/0.7.x).
 V1_ENGINE_SINCE = (0, 8, 0)
+# Cross-attention (encoder-decoder: Whisper) on the V1 engine: vllm/v1/kv_cache_interface.py
+# CrossAttentionSpec, vllm/v1/core/single_type_kv_cache_manager.py CrossAttentionManager (PR #21088,
+# "[v1] Add Whisper model support (encoder-decoder)", first in 0.10.2). Before it V1 refused
+# encoder-decoder models and vLLM ran them on the V0 engine (vllm/core/block_manager.py: a
+# cross_block_table per sequence group, allocated from the same pool), also in 0.8.0 - 0.10.1 where
+# V1 is the default: those V0 layouts are not modelled, so a cross-attention model is refused there.
+CROSS_ATTENTION_SINCE = (0, 10, 2)
 # V0 profilers (vllm/worker/worker.py determine_num_available_blocks), by release:
 V0_FREE_DELTA = 'free_delta'              # 0.6.1 - 0.6.3.post1: init free - free after profile_run
 V0_DEVICE_NON_TORCH = 'device_non_torch'  # 0.6.4.x: torch peak + (device used - torch allocated)

@@ -20,12 +20,12 @@ def spec(**over):
 
 
 def test_every_kind_name_maps_to_its_class():
-    assert ak.LAYER_KINDS == ('full', 'sliding', 'mla', 'none')
+    assert ak.LAYER_KINDS == ('full', 'sliding', 'mla', 'none', 'cross')
     assert [type(ak.kind_of(name)) for name in ak.LAYER_KINDS] == [
-        ak.FullAttention, ak.SlidingWindowAttention, ak.LatentAttention, ak.LinearAttention]
+        ak.FullAttention, ak.SlidingWindowAttention, ak.LatentAttention, ak.LinearAttention, ak.CrossAttention]
 
 
-@pytest.mark.parametrize('name', ['cross', None, ['full']])
+@pytest.mark.parametrize('name', ['encoder', None, ['full']])
 def test_unknown_kind_is_refused_naming_it(name):
     with pytest.raises(PlanInputError) as raised:
         ak.kind_of(name)
@@ -78,4 +78,4 @@ def test_llamacpp_dims_from_the_file_per_layer():
 
 
 def test_v0_engine_plans_sliding_as_full_and_has_no_mla():
-    assert [ak.kind_of(name).v0_kind for name in ak.LAYER_KINDS] == ['full', 'full', None, 'none']
+    assert [ak.kind_of(name).v0_kind for name in ak.LAYER_KINDS] == ['full', 'full', None, 'none', None]
