@@ -184,6 +184,9 @@ def prepare_models(lab_dir):
         write_if_changed(os.path.join(host_path, 'config.json'), json.dumps(config, indent=2, sort_keys=True), 0o644)
 
 
+KEY_REQUEST_TIMEOUT_S = 30
+
+
 def _request(url, method='GET', body=None, headers=None, timeout=5):
     """(status, parsed JSON or None); the server is in a lab container (never redirected)."""
     data = json.dumps(body).encode() if body is not None else None
@@ -219,14 +222,25 @@ def server_ready(state_dir, timeout):
             raise SystemExit('lab: error: %s/healthz did not answer 200 within %ds' % (url, timeout))
         time.sleep(1)
     key_path = os.path.join(state_dir, 'api_key')
-    if os.path.exists(key_path):
-        status, _unused = _request(url + '/v1/models', headers={'Authorization': 'Bearer ' + _read(key_path)})
-        if status == 200:
-            log('gpustack server %s ready (API key reused)' % url)
-            return
-    basic = base64.b64encode(('admin:' + _read(os.path.join(state_dir, 'bootstrap_password'))).encode()).decode()
-    status, answer = _request(url + '/v1/api-keys', 'POST', {'name': 'kvpin-lab-%d' % time.time()},
-                              headers={'Authorization': 'Basic ' + basic})
+    # The key requests hash a password or key on the server (CPU-bound): on a loaded machine one
+    # takes longer than a health check, so each may take KEY_REQUEST_TIMEOUT_S and a timed-out
+    # one is tried again until the deadline.
+    while True:
+        try:
+            if os.path.exists(key_path):
+                status, _unused = _request(url + '/v1/models', headers={'Authorization': 'Bearer ' + _read(key_path)},
+                                           timeout=KEY_REQUEST_TIMEOUT_S)
+                if status == 200:
+                    log('gpustack server %s ready (API key reused)' % url)
+                    return
+            basic = base64.b64encode(('admin:' + _read(os.path.join(state_dir, 'bootstrap_password'))).encode()).decode()
+            status, answer = _request(url + '/v1/api-keys', 'POST', {'name': 'kvpin-lab-%d' % time.time()},
+                                      headers={'Authorization': 'Basic ' + basic}, timeout=KEY_REQUEST_TIMEOUT_S)
+            break
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise SystemExit('lab: error: %s: API key request failed within %ds: %s' % (url, timeout, error))
+            log('gpustack server %s: API key request timed out (%s), trying again' % (url, error))
     if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get('value'), str):
         raise SystemExit('lab: error: POST %s/v1/api-keys answered HTTP %s' % (url, status))
     write_if_changed(key_path, answer['value'], 0o600)
