@@ -12,7 +12,9 @@ lab-a6000x4-2 .. lab-mixed-2, .. lab-mixed-4. How many nodes:
   3. else 4 (the four layouts once).
 A node of the first round takes its variables from host_vars/<node>.yml as any host does. A copy
 gets its layout's host_vars here, with each deployment renamed <name>-<copy>: GPUStack names
-deployments fleet-wide, so two nodes must not deploy the same name.
+deployments fleet-wide, so two nodes must not deploy the same name. Every node gets its
+container name (KVPIN_LAB_PREFIX + node) as ansible_host and KVPIN_LAB_CONNECTION (default
+containers.podman.podman) as ansible_connection.
 
     lab_nodes.py --list | --host NODE      (Ansible)
     lab_nodes.py --names [COUNT]           (scripts/lab.sh: one node name a line)
@@ -30,6 +32,7 @@ LAYOUTS = (('lab-a6000x4', 'lab_vllm'), ('lab-4090x4', 'lab_vllm'), ('lab-4090x2
 DEFAULT_NODES = len(LAYOUTS)
 MAX_NODES = 64
 PREFIX_RE = re.compile(r'^[a-zA-Z0-9_.-]*$')
+CONNECTIONS = ('containers.podman.podman', 'podman')
 
 
 def node_count(text, source):
@@ -81,12 +84,23 @@ def copy_vars(layout, copy, load_yaml):
     return host_vars
 
 
-def inventory(count, load_yaml):
+def connection_vars(node, environ):
+    """How Ansible reaches a node: its container, PREFIX + node, as a plain string (mitogen, the
+    opt-in accelerator of docs/rollout-scale.md, does not template ansible_host), through
+    KVPIN_LAB_CONNECTION (default containers.podman.podman; mitogen needs the short name podman)."""
+    connection = environ.get('KVPIN_LAB_CONNECTION') or 'containers.podman.podman'
+    if connection not in CONNECTIONS:
+        raise ValueError('KVPIN_LAB_CONNECTION %r is not one of %s' % (connection, ', '.join(CONNECTIONS)))
+    return {'ansible_host': environ.get('KVPIN_LAB_PREFIX', '') + node, 'ansible_connection': connection}
+
+
+def inventory(count, load_yaml, environ):
     groups = {'lab_vllm': [], 'lab_llama_box': []}
     hostvars = {}
     for node, layout, group, copy in nodes(count):
         groups[group].append(node)
         hostvars[node] = copy_vars(layout, copy, load_yaml) if copy > 1 else {'kvpin_lab_layout': layout}
+        hostvars[node].update(connection_vars(node, environ))
     return {
         '_meta': {'hostvars': hostvars},
         'all': {'children': ['gpu_nodes']},
@@ -103,7 +117,7 @@ def main(argv, environ):
             sys.stdout.write(''.join(node + '\n' for node, _layout, _group, _copy in nodes(count)))
             return 0
         import yaml  # pylint: disable=import-outside-toplevel
-        data = inventory(wanted_count(environ), yaml.safe_load)
+        data = inventory(wanted_count(environ), yaml.safe_load, environ)
         if argv == ['--list']:
             json.dump(data, sys.stdout, indent=1, sort_keys=True)
             return 0
