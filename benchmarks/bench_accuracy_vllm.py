@@ -76,6 +76,10 @@ MIN_CARD_CLASSES = 6
 MIN_FAILURES = 5
 KV_MAX_OVER_FRACTION = 0.10
 WEIGHTS_TOLERANCE_FRACTION = 0.05
+# What a V0 release (before vllm_profile.V1_ENGINE_SINCE) runs when max_num_seqs is not given:
+# EngineArgs.max_num_seqs = 256 (vllm/engine/arg_utils.py, v0.6.x - v0.7.x); the V1 per-device
+# defaults (vllm_profile.batch_defaults) start with 0.8.0.
+V0_DEFAULT_MAX_NUM_SEQS = 256
 
 
 def _model_name(entry):
@@ -144,6 +148,14 @@ def unplanned_reason(entry):
     return None
 
 
+def default_max_num_seqs(version, gpu_name, total):
+    """The max_num_seqs a logged run used when its command line set none: 256 on the V0 engine
+    (V0_DEFAULT_MAX_NUM_SEQS), else the V1 per-device default (vllm_profile.batch_defaults)."""
+    if not version.at_least(prof.V1_ENGINE_SINCE):
+        return V0_DEFAULT_MAX_NUM_SEQS
+    return prof.batch_defaults(version, gpu_name, total).max_num_seqs
+
+
 def plan_entry(entry, old=False):
     """The plan from gpu_facts' view of the card (NVML total); ``old``: the same GPU with the
     NVML total passed off as the CUDA total (the planner before cuda_total)."""
@@ -156,10 +168,9 @@ def plan_entry(entry, old=False):
     version_text = entry['vllm_version'] or ASSUMED_VERSION
     version = prof.parse_version(version_text)
     util, util_source = _util(entry)
-    defaults = prof.batch_defaults(version, entry['gpu'], total)
     knobs = dict(tensor_parallel_size=tp, gpu_memory_utilization=util,
                  max_model_len=entry['max_model_len'], kv_cache_dtype='auto',
-                 max_num_seqs=entry['max_num_seqs'] or defaults.max_num_seqs)
+                 max_num_seqs=entry['max_num_seqs'] or default_max_num_seqs(version, entry['gpu'], total))
     if entry['max_num_batched_tokens']:
         knobs['max_num_batched_tokens'] = entry['max_num_batched_tokens']
     if entry['block_size']:
@@ -224,8 +235,19 @@ def score(entries, sources):
                             version_text=version_text, naive_kv=naive_kv, naive_fits=naive_fits,
                             kv_pred=min(m.terms['kv_budget'] for m in plan.memory),
                             kv_old=min(m.terms['kv_budget'] for m in old_plan.memory),
-                            started=entry['startup_outcome'] == 'started', split=split, why=why))
+                            started=entry_served(entry), split=split, why=why))
     return records, unplanned
+
+
+def entry_served(entry):
+    """Whether the logged run served: it started, and did not die of CUDA OOM at its first requests.
+
+    The planner's "feasible" promises an engine that serves without running out of memory, not one
+    that only gets through startup: a run whose log shows the engine up and then a CUDA OOM in its
+    first generate() (``runtime_outcome`` starting with ``cuda_oom``) is a run that did not fit."""
+    if entry['startup_outcome'] != 'started':
+        return False
+    return not str(entry.get('runtime_outcome') or '').startswith('cuda_oom')
 
 
 HEADER = ('%-32s %-8s %2s %4s %5s | %7s %7s %7s | %7s %7s | %7s %7s | %7s %7s | %7s %7s %7s %7s %7s | %-5s %-5s %-7s'
@@ -449,7 +471,7 @@ def acceptance_lines(records, unplanned=()):
         print('not planned: %d runs (counted in no target above): with them %d runs, %d failed starts, '
               '%d card classes: %s' % (
                   len(unplanned), len(records) + len(unplanned),
-                  failures + sum(1 for e, _why in unplanned if e['startup_outcome'] != 'started'),
+                  failures + sum(1 for e, _why in unplanned if not entry_served(e)),
                   len(all_classes), ', '.join(all_classes)))
         for entry, why in unplanned:
             print('  not planned: %s [%s, vLLM %s, TP%d]: %s' % (

@@ -38,7 +38,8 @@ step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
 
 # tests/adversarial: hostile inputs (HTTP servers on 127.0.0.1, model files, plan terms).
 # --durations: the slowest tests are printed so that the next CI-time cut has figures.
-step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider --durations=15; }
+# -n auto (pytest-xdist): one worker per core; the unit tests share no state but the checkout.
+step_unit() { "$VENV_BIN/pytest" tests/unit tests/adversarial -q -p no:cacheprovider -n auto --durations=15; }
 
 step_lint() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/ansible-lint"; }
 

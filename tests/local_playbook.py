@@ -23,12 +23,15 @@ def collections_root():
     return next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
 
 
-def run_tasks_on_localhost(work, tasks, *options, timeout=300):
+def run_tasks_on_localhost(work, tasks, *options, timeout=300, play_vars=None):
     """Write ``tasks`` as one play under the directory ``work`` (a pathlib.Path) and run it
-    with ``options`` (e.g. -vvv); returns the CompletedProcess."""
+    with ``options`` (e.g. -vvv); returns the CompletedProcess. ``play_vars``: the play's
+    ``vars`` (templates stay lazy, as in a playbook's play vars)."""
     playbook = work / 'playbook.yml'
-    playbook.write_text(yaml.safe_dump([{'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}],
-                                       sort_keys=False))
+    play = {'hosts': 'localhost', 'gather_facts': False, 'tasks': tasks}
+    if play_vars:
+        play['vars'] = play_vars
+    playbook.write_text(yaml.safe_dump([play], sort_keys=False))
     inventory = work / 'inventory.ini'
     inventory.write_text('localhost ansible_connection=local ansible_python_interpreter=%s\n' % sys.executable)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'),

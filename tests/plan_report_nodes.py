@@ -55,3 +55,15 @@ def fleet():
                                        result('b', [gpus2[2]], gpu_memory_utilization=0.5)])
     node3 = {'host': 'gpu-node-3', 'gpus': [a6000(0)], 'plans': [], 'ledger': None}
     return [node1, node2, node3]
+
+
+def many_nodes(count):
+    """``count`` nodes: fleet()'s three in turn under the names gpu-node-001 ... (a fleet-scale
+    report of real plans and ledgers)."""
+    base = fleet()
+    nodes = []
+    for number in range(count):
+        node_copy = json.loads(json.dumps(base[number % len(base)]))
+        node_copy['host'] = 'gpu-node-%03d' % (number + 1)
+        nodes.append(node_copy)
+    return nodes

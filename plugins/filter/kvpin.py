@@ -7,9 +7,14 @@ in module_utils so it is unit-tested without Ansible."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.compile_cache import CompileCacheError, compile_cache
+from ansible_collections.kvpin.fleet.plugins.module_utils.container_gpu import ContainerGpuInputError, problems
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
@@ -25,6 +30,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
+from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
     system_reserved,
@@ -63,12 +69,48 @@ def kvpin_gpu_ledger(gpus, plan_results, vram_min_gib=0, gpustack_cgroup_markers
         raise AnsibleFilterError('kvpin_gpu_ledger: %s' % exc)
 
 
+def kvpin_saved_gpu_facts(path, required=False):
+    """The ``kvpin_gpus`` fact from a file of saved gpu_facts output on the controller
+    (module_utils/saved_gpu_facts.py): plan.yml plans from it without a connection."""
+    try:
+        return read_saved_gpu_facts(path, required)
+    except SavedGpuFactsError as exc:
+        raise AnsibleFilterError('kvpin_saved_gpu_facts: %s' % exc)
+
+
 def kvpin_compile_cache(root, field='compile_cache_dir'):
     """{root, dirs, env} of the engines' compile caches under ``root`` (module_utils/compile_cache.py)."""
     try:
         return compile_cache(root, field)
     except CompileCacheError as exc:
         raise AnsibleFilterError('kvpin_compile_cache: %s' % exc)
+
+
+# A CDI spec larger than this is not read (nvidia-ctk writes a few KiB per GPU).
+CDI_SPEC_MAX_BYTES = 1024 * 1024
+
+
+def _cdi_spec(slurped):
+    """(path, parsed spec or None) of one ansible.builtin.slurp result."""
+    if not isinstance(slurped, dict) or not isinstance(slurped.get('content'), str):
+        raise ContainerGpuInputError('each CDI spec must be a slurp result with content and source')
+    path = str(slurped.get('source', '?'))
+    if len(slurped['content']) > CDI_SPEC_MAX_BYTES * 4 // 3 + 4:
+        return path, None
+    try:
+        return path, yaml.safe_load(base64.b64decode(slurped['content']).decode('utf-8'))
+    except (binascii.Error, UnicodeDecodeError, yaml.YAMLError):
+        return path, None
+
+
+def kvpin_container_gpu_problems(engine, version=None, runtimes=None, cdi_specs=None, spec_dirs=None):
+    """What keeps ``engine`` from handing the NVIDIA GPUs to the worker container
+    (module_utils/container_gpu.py); [] when nothing does. ``cdi_specs``: slurp results."""
+    try:
+        specs = dict(_cdi_spec(slurped) for slurped in cdi_specs or [])
+        return problems(engine, version, runtimes, specs, list(spec_dirs or []))
+    except ContainerGpuInputError as exc:
+        raise AnsibleFilterError('kvpin_container_gpu_problems: %s' % exc)
 
 
 def kvpin_file_checks(table):
@@ -168,6 +210,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'kvpin_compile_cache': kvpin_compile_cache,
+            'kvpin_container_gpu_problems': kvpin_container_gpu_problems,
             'kvpin_due_args': kvpin_due_args,
             'kvpin_file_checks': kvpin_file_checks,
             'kvpin_gpu_ledger': kvpin_gpu_ledger,
@@ -176,6 +219,7 @@ class FilterModule(object):
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_plan_report_html': kvpin_plan_report_html,
+            'kvpin_saved_gpu_facts': kvpin_saved_gpu_facts,
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,
             'kvpin_systemd_env_names': kvpin_systemd_env_names,

@@ -44,10 +44,11 @@ SOURCE_TABLE_PREFIX = 'table:'
 SOURCE_DEFAULT = 'default margin'
 SOURCE_GIVEN = 'given'
 
-# A unknown card keeps 2 % of its NVML total (at least 512 MiB) for the driver: the largest
-# sourced gap as a share of its card is the RTX 3090's, 435 MiB of 24576 MiB = 1.77 %.
+# A unknown card keeps 2 % of its NVML total (at least 528 MiB) for the driver: the largest
+# sourced gap is the A10's, 515 MiB of 23028 MiB (2.24 %, covered by the 528 MiB floor on
+# cards of its size); on cards above 26 GB the largest share is well under 2 % (L40S 1.3 %).
 DEFAULT_MARGIN_FRACTION_X1000 = 20
-DEFAULT_MARGIN_MIN_BYTES = 512 * MiB
+DEFAULT_MARGIN_MIN_BYTES = 528 * MiB
 
 # A row's total must be within this share of the GPU's NVML total for the row to apply
 # (the same name with another memory size, e.g. a modded 48 GB RTX 4090, is another card).
@@ -87,6 +88,8 @@ class CardGap:
 _RTX3090_GAP = _gap_from_log(24576, 2358)
 # Derived rows for GA102/24 GB-class cards without a public pair: the RTX 3090 gap rounded up.
 _DERIVED_24GB_GAP = 512 * MiB
+# A10 (23028 MiB): 21.99 GiB in torch, the largest sourced gap (515 MiB); the A10G shares it.
+_A10_GAP = max(_gap_from_log(23028, 2199), _DERIVED_24GB_GAP)
 
 CARD_GAPS = (
     CardGap(
@@ -147,14 +150,15 @@ CARD_GAPS = (
         '8 x L40S: "GPU  has a total capacity of 44.42 GiB" '
         '(https://github.com/stepfun-ai/Step-Video-T2V/issues/8)'),
     CardGap(
-        'A10G', ('a10g',), 23028, _DERIVED_24GB_GAP, True,
+        'A10G', ('a10g',), 23028, _A10_GAP, True,
         'DERIVED, no public NVML/CUDA pair found for the A10G: NVML total as the A10 (GA102, 23028 MiB); '
-        'gap = the RTX 3090 gap (https://github.com/vllm-project/vllm/pull/14447) rounded up to 512 MiB, '
-        'above the A10 row (https://github.com/OpenBMB/MiniCPM-V/issues/640)'),
+        'gap = the A10 row\'s (the same die and memory size; the larger of it and the RTX 3090 gap, '
+        'https://github.com/vllm-project/vllm/pull/14447)'),
     CardGap(
-        'A10', ('a10',), 23028, _gap_from_log(23028, 2218), False,
+        'A10', ('a10',), 23028, _A10_GAP, False,
         'nvidia-smi "A10: 23028MiB" (https://github.com/modal-labs/modal-client/pull/2797); torch on '
-        '"一张A10" (one A10): "GPU 0 has a total capacity of 22.18 GiB" '
+        '4 x A10: "GPU 0 has a total capacity of 21.99 GiB" (https://github.com/QwenLM/Qwen3/issues/1387), '
+        'the smallest seen; also 22.18 GiB on "一张A10" (one A10) '
         '(https://github.com/OpenBMB/MiniCPM-V/issues/640)'),
     CardGap(
         'L4', ('l4',), 23034, _DERIVED_24GB_GAP, True,
@@ -235,8 +239,10 @@ def estimate(name, memory_total, memory_reserved=None, where='gpu'):
     if not candidates:
         margin = default_margin_bytes(total)
         candidates.append((margin, SOURCE_DEFAULT,
-                           'default margin %s (2 %% of the card, >= 512 MiB: %r is in no table '
-                           'row and NVML reports no reserved figure)' % (fmt_bytes(margin), name)))
+                           'default margin %s (%s %% of the card, >= %s: %r is in no table row and '
+                           'NVML reports no reserved figure)' % (
+                               fmt_bytes(margin), DEFAULT_MARGIN_FRACTION_X1000 / 10.0,
+                               fmt_bytes(DEFAULT_MARGIN_MIN_BYTES), name)))
     gap, source, why = max(candidates, key=lambda c: c[0])
     if gap >= total:
         raise PlanInputError('%s.memory_total' % where, '%d bytes is not more than the memory the '

@@ -24,14 +24,14 @@ Facts that depend on the engine build come from ``llamacpp_profile``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, GGUFLayout, ModelSpec)
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError, Traffic)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -326,7 +326,7 @@ def derive_gguf_layout(spec, quantization):
         else:
             output_bytes += size
     kinds = spec.layer_kinds
-    kv_heads = [0 if k == LAYER_NO_KV else spec.num_kv_heads for k in kinds]
+    kv_heads = [spec.num_kv_heads if kind_of(k).caches_kv else 0 for k in kinds]
     layout = GGUFLayout(
         file_type='MOSTLY_' + ftype, block_bytes=blocks, input_bytes=input_bytes,
         output_bytes=output_bytes, output_tied=tied, key_length=spec.head_dim,
@@ -365,35 +365,9 @@ def swa_cells(full_cells, n_swa, parallel, n_ubatch, padding, unified=False):
     return min(full_cells, pad_to(n_swa * n_seq + n_ubatch, padding))
 
 
-@dataclass(frozen=True)
-class LayerKV:
-    n_embd_k_gqa: int
-    n_embd_v_gqa: int
-    sliding: bool
-
-
 def layer_kv_dims(spec, layout=None):
     """Per block: K and V values per cell (llama-hparams n_embd_k_gqa / n_embd_v_gqa)."""
-    dims = []
-    for il, kind in enumerate(spec.layer_kinds):
-        if kind == LAYER_NO_KV:
-            dims.append(LayerKV(0, 0, False))
-        elif kind == LAYER_MLA and layout is None:
-            # no file: assume an MLA-converted GGUF (llama.cpp#12801, Apr 2025): one latent
-            # head, K = kv_lora_rank + rope dims, V = kv_lora_rank. A file keeps its own
-            # key/value lengths: older DeepSeek GGUFs cache K 128 x 192 / V 128 x 128
-            # (gpustack#1126: 640 MiB per layer at 8192 cells).
-            rank = int(spec.kv_lora_rank or 0)
-            dims.append(LayerKV(rank + int(spec.qk_rope_head_dim or 0), rank, False))
-        else:
-            if layout is not None:
-                heads = layout.kv_heads_per_layer[il]
-                dims.append(LayerKV(layout.key_length * heads, layout.value_length * heads,
-                                    kind == LAYER_SLIDING))
-            else:
-                n = spec.head_dim * spec.num_kv_heads
-                dims.append(LayerKV(n, n, kind == LAYER_SLIDING))
-    return dims
+    return [kind_of(kind).llamacpp_dims(spec, layout, il) for il, kind in enumerate(spec.layer_kinds)]
 
 
 def kv_layer_bytes(dims, cells, cells_swa, cache_type_k, cache_type_v):
@@ -512,6 +486,17 @@ def split_counts(fractions, n_units):
 
 # ---------------------------------------------------------------- per-device memory
 
+@dataclass(frozen=True)
+class DeviceContext:
+    """What each device's memory depends on besides its own units, for one placement."""
+    shape: GraphShape
+    no_kv_offload: bool
+    weights_note: str                # how the weights were obtained (file or derived)
+    cache_type_k: str
+    cache_type_v: str
+    pipeline_parallel: bool = False  # every unit on several GPUs: inputs kept in several copies
+
+
 @dataclass
 class DeviceResult:
     gpu: dict
@@ -534,7 +519,7 @@ class DeviceResult:
 
 
 def _device_memory(ctx, gpu, position, units, host_units):
-    shape = ctx['shape']
+    shape = ctx.shape
     blocks = [u for u in units if u.layer is not None]
     has_output = any(u.layer is None for u in units)
     first = position == 0
@@ -546,10 +531,10 @@ def _device_memory(ctx, gpu, position, units, host_units):
     attention = bool(blocks) or (first and large_batch and bool(host_blocks))
     output = has_output or (first and large_batch and host_output)
     weights = sum(u.weight_bytes for u in units)
-    kv = 0 if ctx['no_kv_offload'] else sum(u.kv_bytes for u in blocks)
+    kv = 0 if ctx.no_kv_offload else sum(u.kv_bytes for u in blocks)
     cterms = compute_buffer_terms(shape, attention, output)
     extra_inputs = 0
-    if ctx['pipeline_parallel'] and units:
+    if ctx.pipeline_parallel and units:
         # inputs (embeddings + masks) kept in GGML_SCHED_MAX_COPIES copies
         masks = (4 if not shape.flash_attn else 2) * shape.n_tokens * (
             shape.n_kv + (shape.n_kv_swa if shape.has_swa else 0))
@@ -577,10 +562,10 @@ def _device_memory(ctx, gpu, position, units, host_units):
     n_blocks = len(blocks)
     explain = {
         'model_buffer': '%d block(s)%s: sum of their GGUF tensor bytes%s' % (
-            n_blocks, ' + output layer' if has_output else '', ctx['weights_note']),
-        'kv_buffer': ('0: --no-kv-offload keeps the KV cache in host memory' if ctx['no_kv_offload']
+            n_blocks, ' + output layer' if has_output else '', ctx.weights_note),
+        'kv_buffer': ('0: --no-kv-offload keeps the KV cache in host memory' if ctx.no_kv_offload
                       else '%d block(s) x %d cells x (K %s + V %s) per cell' % (
-                          n_blocks, shape.n_kv, ctx['cache_type_k'], ctx['cache_type_v'])),
+                          n_blocks, shape.n_kv, ctx.cache_type_k, ctx.cache_type_v)),
         'compute_buffer': 'max of the live-tensor peaks of the worst-case graph for %d tokens '
                           'against %d KV cells (flash attention %s); peak widths %s'
                           % (shape.n_tokens, shape.n_kv, 'on' if shape.flash_attn else 'off',
@@ -767,7 +752,40 @@ def plan_llamacpp(spec, gpus, traffic, knobs, backend, backend_version):
     return _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions=True)
 
 
-def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions):
+@dataclass(frozen=True)
+class _Launch:
+    """The launch settings of one plan: each the user's knob or derived from the traffic."""
+    parallel: int
+    ctx_size: int
+    batch: int
+    ubatch: int
+    flash_attn: bool
+    cache_type_k: str
+    cache_type_v: str
+    no_kv_offload: bool
+    reserve: int                     # bytes kept free per GPU
+    split_fractions: Optional[List[float]]
+    gpu_layers: Optional[int]        # the user's -ngl (n_layer + 1 for "all"), None: chosen
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What placing layers on the GPUs needs, fixed for one plan."""
+    profile: object
+    gpus: List[dict]
+    budgets: List[int]
+    units_by_layer: List[Unit]
+    output_unit: Unit
+    n_layer: int
+    device: DeviceContext
+
+    @property
+    def all_units(self):
+        return self.units_by_layer + [self.output_unit]
+
+
+def _check_inputs(spec, gpus, traffic):
+    """Refuse what no plan can start from; returns the CUDA-visible total of each GPU."""
     if not isinstance(spec, ModelSpec):
         raise PlanInputError('model', 'expected a ModelSpec, got %s' % type(spec).__name__)
     if not isinstance(traffic, Traffic):
@@ -780,14 +798,13 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
             raise PlanInputError('gpus[%d].memory_total' % position,
                                  'must be a positive number of bytes, got %r' % (total,))
     # llama.cpp allocates through CUDA, which sees NVML's total less what the driver keeps
-    cudas = [ct.of_gpu(gpu, 'gpus[%d]' % position) for position, gpu in enumerate(gpus)]
-    knobs = dict(knobs or {})
-    profile = prof.engine_profile(backend, backend_version)
-    warnings = list(profile.warnings)
-    reasons = {}
-    n_layer = spec.num_layers
+    return [ct.of_gpu(gpu, 'gpus[%d]' % position) for position, gpu in enumerate(gpus)]
 
-    # --- weights per unit
+
+def _weights_layout(spec, knobs):
+    """(GGUF layout, how its weights were obtained, warnings): the file's, else derived from the
+    ``quantization`` knob."""
+    warnings = []
     if spec.gguf is not None:
         layout = spec.gguf
         weights_note = ' (read from the GGUF file)'
@@ -801,11 +818,16 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
         layout, _types = derive_gguf_layout(spec, knobs['quantization'])
         weights_note = (' (derived: %s per llama.cpp llama-quant.cpp mixing rules and '
                         'GGML_QUANT_SIZES; no file read)' % layout.file_type)
-    if len(layout.block_bytes) != n_layer:
+    if len(layout.block_bytes) != spec.num_layers:
         raise PlanInputError('model', 'GGUF layout has %d blocks, spec says %d layers'
-                             % (len(layout.block_bytes), n_layer))
+                             % (len(layout.block_bytes), spec.num_layers))
+    return layout, weights_note, warnings
 
-    # --- knobs
+
+def _slots(spec, traffic, knobs):
+    """(parallel, ctx_size, reasons, warnings): one slot per concurrent request, each slot
+    holding one request's tokens."""
+    reasons, warnings = {}, []
     tokens_needed = traffic.tokens_per_sequence
     parallel = _int_knob(knobs, 'parallel', 1, MAX_PARALLEL)
     if parallel is None:
@@ -832,11 +854,12 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
     if ctx_size > spec.max_position_embeddings:
         warnings.append('ctx_size %d per slot share %d exceeds the trained context %d'
                         % (ctx_size, ctx_size // parallel, spec.max_position_embeddings))
-    batch = _int_knob(knobs, 'batch_size', 1, MAX_UBATCH, prof.DEFAULT_BATCH)
-    ubatch = _int_knob(knobs, 'ubatch_size', 1, MAX_UBATCH, prof.DEFAULT_UBATCH)
-    if ubatch > batch:
-        warnings.append('ubatch_size %d > batch_size %d: llama.cpp clamps it to %d' % (ubatch, batch, batch))
-        ubatch = batch
+    return parallel, ctx_size, reasons, warnings
+
+
+def _attention_settings(knobs, profile, backend, backend_version):
+    """(flash_attn, cache_type_k, cache_type_v, reasons, warnings)."""
+    reasons, warnings = {}, []
     flash_attn = _bool_knob(knobs, 'flash_attn')
     if flash_attn is None:
         flash_attn = False
@@ -856,6 +879,21 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
             raise PlanInputError('cache_type_v', '%s needs flash attention in llama.cpp %s '
                                  '(the engine refuses it without); set flash_attn: true or '
                                  'cache_type_v: f16' % (ctype_v, backend_version))
+    return flash_attn, ctype_k, ctype_v, reasons, warnings
+
+
+def _launch(spec, gpus, traffic, knobs, profile, backend, backend_version):
+    """(_Launch, reasons, warnings): every knob checked, in the order the user reads them."""
+    parallel, ctx_size, reasons, warnings = _slots(spec, traffic, knobs)
+    batch = _int_knob(knobs, 'batch_size', 1, MAX_UBATCH, prof.DEFAULT_BATCH)
+    ubatch = _int_knob(knobs, 'ubatch_size', 1, MAX_UBATCH, prof.DEFAULT_UBATCH)
+    if ubatch > batch:
+        warnings.append('ubatch_size %d > batch_size %d: llama.cpp clamps it to %d' % (ubatch, batch, batch))
+        ubatch = batch
+    flash_attn, ctype_k, ctype_v, attn_reasons, attn_warnings = _attention_settings(
+        knobs, profile, backend, backend_version)
+    reasons.update(attn_reasons)
+    warnings.extend(attn_warnings)
     no_kv_offload = bool(_bool_knob(knobs, 'no_kv_offload'))
     reserve = _int_knob(knobs, 'vram_reserve_bytes', 0, 1 << 50, DEFAULT_VRAM_RESERVE_BYTES)
     for position, gpu in enumerate(gpus):
@@ -864,79 +902,95 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                                  'nothing is left to plan with' % (
                                      fmt_bytes(reserve), gpu.get('index', position), fmt_bytes(gpu['memory_total'])))
     split_fractions = _tensor_split_knob(knobs, len(gpus))
-    gpu_layers_knob = _int_knob(knobs, 'gpu_layers', -1, n_layer + 1)
+    gpu_layers_knob = _int_knob(knobs, 'gpu_layers', -1, spec.num_layers + 1)
     if knobs.get('gpu_layers') is not None and gpu_layers_knob == -1:
-        gpu_layers_knob = n_layer + 1
+        gpu_layers_knob = spec.num_layers + 1
+    launch = _Launch(parallel=parallel, ctx_size=ctx_size, batch=batch, ubatch=ubatch, flash_attn=flash_attn,
+                     cache_type_k=ctype_k, cache_type_v=ctype_v, no_kv_offload=no_kv_offload, reserve=reserve,
+                     split_fractions=split_fractions, gpu_layers=gpu_layers_knob)
+    return launch, reasons, warnings
 
-    # --- shapes
-    padding = profile.kv_padding(flash_attn)
-    cells = kv_cells(ctx_size, parallel, padding)
-    has_swa = any(k == LAYER_SLIDING for k in spec.layer_kinds)
-    cells_s = swa_cells(cells, int(spec.sliding_window or 0), parallel, ubatch, padding) if has_swa else 0
+
+def _shapes(spec, layout, launch, profile):
+    """(KV cells, sliding-window cells, graph shape, units per layer, output unit, warnings)."""
+    warnings = []
+    padding = profile.kv_padding(launch.flash_attn)
+    cells = kv_cells(launch.ctx_size, launch.parallel, padding)
+    has_swa = any(kind_of(k).slides for k in spec.layer_kinds)
+    cells_s = swa_cells(cells, int(spec.sliding_window or 0), launch.parallel, launch.ubatch,
+                        padding) if has_swa else 0
     dims = layer_kv_dims(spec, layout if spec.gguf is not None else None)
-    if any(k == LAYER_NO_KV for k in spec.layer_kinds):
+    if not all(kind_of(k).caches_kv for k in spec.layer_kinds):
         warnings.append('layers without KV (recurrent state) are charged nothing for state; '
                         'recurrent state memory is not modelled')
     ff_live = (spec.num_experts_per_tok * spec.moe_intermediate_size if spec.num_experts
                else spec.intermediate_size)
-    shape = GraphShape(n_tokens=min(cells, ubatch), n_kv=cells, n_kv_swa=cells_s, has_swa=has_swa,
+    shape = GraphShape(n_tokens=min(cells, launch.ubatch), n_kv=cells, n_kv_swa=cells_s, has_swa=has_swa,
                        n_embd=spec.hidden_size, n_head=spec.num_attention_heads,
-                       n_ff_live=ff_live, n_vocab=spec.vocab_size, flash_attn=flash_attn)
-    units_by_layer, output_unit = _units_for(spec, layout, dims, cells, cells_s, ctype_k, ctype_v)
-    all_units = units_by_layer + [output_unit]
-    budgets = [c.cuda_total - reserve for c in cudas]
-    for position, gpu in enumerate(gpus):
-        used = gpu.get('memory_used')
-        if isinstance(used, int) and used > reserve:
-            warnings.append('GPU %s (%s) already has %s in use, more than the %s reserve: another '
-                            'process may hold memory this plan counts on'
-                            % (gpu.get('index', position), gpu.get('name'), fmt_bytes(used),
-                               fmt_bytes(reserve)))
-    ctx = {'shape': shape, 'no_kv_offload': no_kv_offload, 'weights_note': weights_note,
-           'cache_type_k': ctype_k, 'cache_type_v': ctype_v, 'pipeline_parallel': False}
+                       n_ff_live=ff_live, n_vocab=spec.vocab_size, flash_attn=launch.flash_attn)
+    units_by_layer, output_unit = _units_for(spec, layout, dims, cells, cells_s,
+                                             launch.cache_type_k, launch.cache_type_v)
+    return cells, cells_s, shape, units_by_layer, output_unit, warnings
 
-    def place(k, fractions):
-        units = gpu_units(profile, units_by_layer, output_unit, k)
-        ctx['pipeline_parallel'] = (len(gpus) > 1 and k >= n_layer + 1 and not no_kv_offload)
-        if fractions is not None:
-            counts = split_counts(fractions, len(units)) if units else [0] * len(gpus)
-        else:
-            counts = _greedy_counts(ctx, gpus, budgets, units, all_units) if len(gpus) > 1 else [len(units)]
-            if counts is None:
-                return units, None, None
-        return units, counts, _evaluate(ctx, gpus, units, counts, all_units)
 
-    # --- choose gpu_layers (and tensor_split on several GPUs)
-    chosen = None
-    if gpu_layers_knob is not None:
-        k = gpu_layers_knob
-        reasons['gpu_layers'] = 'set by the user'
-        units, counts, results = place(k, split_fractions)
+def _memory_in_use_warnings(gpus, reserve):
+    return ['GPU %s (%s) already has %s in use, more than the %s reserve: another '
+            'process may hold memory this plan counts on'
+            % (gpu.get('index', position), gpu.get('name'), fmt_bytes(gpu.get('memory_used')), fmt_bytes(reserve))
+            for position, gpu in enumerate(gpus)
+            if isinstance(gpu.get('memory_used'), int) and gpu.get('memory_used') > reserve]
+
+
+def _device_context(placement, k):
+    """The device context of ``k`` offloaded units: with every layer and the output on several
+    GPUs (and the KV with them) llama.cpp runs them as a pipeline."""
+    device = placement.device
+    return replace(device, pipeline_parallel=(len(placement.gpus) > 1 and k >= placement.n_layer + 1
+                                              and not device.no_kv_offload))
+
+
+def _place(placement, k, fractions):
+    """(units on GPUs, units per GPU, per-GPU results) of ``-ngl k``; counts and results are None
+    when a greedy split over several GPUs does not fit."""
+    gpus = placement.gpus
+    units = gpu_units(placement.profile, placement.units_by_layer, placement.output_unit, k)
+    ctx = _device_context(placement, k)
+    if fractions is not None:
+        counts = split_counts(fractions, len(units)) if units else [0] * len(gpus)
+    else:
+        counts = (_greedy_counts(ctx, gpus, placement.budgets, units, placement.all_units)
+                  if len(gpus) > 1 else [len(units)])
+        if counts is None:
+            return units, None, None
+    return units, counts, _evaluate(ctx, gpus, units, counts, placement.all_units)
+
+
+def _choose_gpu_layers(placement, launch):
+    """(k, units, counts, results, reason): the user's -ngl, else the largest that fits."""
+    gpus, budgets, fractions = placement.gpus, placement.budgets, launch.split_fractions
+    if launch.gpu_layers is not None:
+        k = launch.gpu_layers
+        units, counts, results = _place(placement, k, fractions)
         if results is None:
             # multi-GPU greedy failed: show the proportional split to name the numbers
             counts = split_counts([g['memory_total'] for g in gpus], len(units))
-            results = _evaluate(ctx, gpus, units, counts, all_units)
-        chosen = (k, units, counts, results)
-    else:
-        for k in range(n_layer + 1, -1, -1):
-            units, counts, results = place(k, split_fractions)
-            if results is not None and all(_fits(r, b) for r, b in zip(results, budgets)):
-                chosen = (k, units, counts, results)
-                reasons['gpu_layers'] = ('largest -ngl whose model + KV + compute buffers + CUDA '
-                                         'pool growth + CUDA context fit total - %s reserve on '
-                                         'every GPU' % fmt_bytes(reserve))
-                break
-        if chosen is None:
-            units, counts, results = place(0, split_fractions)
-            if results is None:
-                counts = [0] * len(gpus)
-                results = _evaluate(ctx, gpus, units, counts, all_units)
-            chosen = (0, units, counts, results)
-            reasons['gpu_layers'] = 'nothing fits, not even -ngl 0 (compute buffer on GPU 0)'
-    k, units, counts, results = chosen
-    feasible = all(_fits(r, b) for r, b in zip(results, budgets))
+            results = _evaluate(_device_context(placement, k), gpus, units, counts, placement.all_units)
+        return k, units, counts, results, 'set by the user'
+    for k in range(placement.n_layer + 1, -1, -1):
+        units, counts, results = _place(placement, k, fractions)
+        if results is not None and all(_fits(r, b) for r, b in zip(results, budgets)):
+            return k, units, counts, results, (
+                'largest -ngl whose model + KV + compute buffers + CUDA pool growth + CUDA context '
+                'fit total - %s reserve on every GPU' % fmt_bytes(launch.reserve))
+    units, counts, results = _place(placement, 0, fractions)
+    if results is None:
+        counts = [0] * len(gpus)
+        results = _evaluate(_device_context(placement, 0), gpus, units, counts, placement.all_units)
+    return 0, units, counts, results, 'nothing fits, not even -ngl 0 (compute buffer on GPU 0)'
 
-    # --- feasibility notes for the report's failure mode: loads, then dies on a long prompt
+
+def _not_fitting(results, budgets, cudas, reserve):
+    """One line per GPU over its budget, for the report's failure mode: loads, then dies on a long prompt."""
     not_fitting = []
     for position, (r, b) in enumerate(zip(results, budgets)):
         if not _fits(r, b):
@@ -952,33 +1006,33 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                          'the first long prompt, when the CUDA pool grows by %s'
                          % (fmt_bytes(r.load_resident), fmt_bytes(total), fmt_bytes(r.pool)))
             not_fitting.append(line)
+    return not_fitting
 
-    suggestions = []
-    if with_suggestions and (not feasible or k < n_layer + 1):
-        suggestions = _suggestions(spec, gpus, traffic, knobs, backend, backend_version,
-                                   flash_attn, parallel, feasible)
 
-    # --- argv
+def _launch_args(profile, launch, knobs, k, n_gpus, counts):
     flags = profile.flags
-    args = [flags['gpu_layers'], str(k), flags['ctx_size'], str(ctx_size),
-            flags['parallel'], str(parallel)]
-    args += prof.flash_attn_args(profile, flash_attn)
+    args = [flags['gpu_layers'], str(k), flags['ctx_size'], str(launch.ctx_size),
+            flags['parallel'], str(launch.parallel)]
+    args += prof.flash_attn_args(profile, launch.flash_attn)
     args += prof.fit_args(profile)
-    if ctype_k != prof.CACHE_TYPE_DEFAULT:
-        args += [flags['cache_type_k'], ctype_k]
-    if ctype_v != prof.CACHE_TYPE_DEFAULT:
-        args += [flags['cache_type_v'], ctype_v]
-    if ubatch != prof.DEFAULT_UBATCH or knobs.get('ubatch_size') is not None:
-        args += [flags['ubatch_size'], str(ubatch)]
-    if batch != prof.DEFAULT_BATCH or knobs.get('batch_size') is not None:
-        args += [flags['batch_size'], str(batch)]
-    if len(gpus) > 1:
-        split_values = split_fractions if split_fractions is not None else counts
+    if launch.cache_type_k != prof.CACHE_TYPE_DEFAULT:
+        args += [flags['cache_type_k'], launch.cache_type_k]
+    if launch.cache_type_v != prof.CACHE_TYPE_DEFAULT:
+        args += [flags['cache_type_v'], launch.cache_type_v]
+    if launch.ubatch != prof.DEFAULT_UBATCH or knobs.get('ubatch_size') is not None:
+        args += [flags['ubatch_size'], str(launch.ubatch)]
+    if launch.batch != prof.DEFAULT_BATCH or knobs.get('batch_size') is not None:
+        args += [flags['batch_size'], str(launch.batch)]
+    if n_gpus > 1:
+        split_values = launch.split_fractions if launch.split_fractions is not None else counts
         args += [flags['tensor_split'], ','.join(_fmt_split(v) for v in split_values)]
-    if no_kv_offload:
+    if launch.no_kv_offload:
         args.append(flags['no_kv_offload'])
     args.append(flags['no_mmap'])   # GPUStack's launch; weights in pinned host memory
+    return args
 
+
+def _gpu_memory(results, budgets, cudas):
     memory = []
     for position, (r, b) in enumerate(zip(results, budgets)):
         memory.append(GpuMemory(
@@ -995,27 +1049,54 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
                              cudas[position].explain, cudas[position].source)),
             term_kinds=tk.term_kinds(tk.LLAMACPP, list(r.terms) + ['nvml_total', 'driver_reserved'],
                                      cudas[position], tk.LLAMACPP_PREFIXES)))
-    settings = {'gpu_layers': k, 'ctx_size': ctx_size, 'parallel': parallel,
-                'flash_attn': flash_attn, 'cache_type_k': ctype_k, 'cache_type_v': ctype_v,
-                'ubatch_size': ubatch, 'batch_size': batch, 'no_kv_offload': no_kv_offload,
-                'kv_cells': cells, 'kv_cells_swa': cells_s, 'slot_ctx': ctx_size // parallel,
+    return memory
+
+
+def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions):
+    cudas = _check_inputs(spec, gpus, traffic)
+    knobs = dict(knobs or {})
+    profile = prof.engine_profile(backend, backend_version)
+    layout, weights_note, layout_warnings = _weights_layout(spec, knobs)
+    launch, reasons, launch_warnings = _launch(spec, gpus, traffic, knobs, profile, backend, backend_version)
+    cells, cells_s, shape, units_by_layer, output_unit, shape_warnings = _shapes(spec, layout, launch, profile)
+    warnings = (list(profile.warnings) + layout_warnings + launch_warnings + shape_warnings
+                + _memory_in_use_warnings(gpus, launch.reserve))
+    budgets = [c.cuda_total - launch.reserve for c in cudas]
+    placement = _Placement(
+        profile=profile, gpus=gpus, budgets=budgets, units_by_layer=units_by_layer, output_unit=output_unit,
+        n_layer=spec.num_layers, device=DeviceContext(
+            shape=shape, no_kv_offload=launch.no_kv_offload, weights_note=weights_note,
+            cache_type_k=launch.cache_type_k, cache_type_v=launch.cache_type_v))
+    k, units, counts, results, reasons['gpu_layers'] = _choose_gpu_layers(placement, launch)
+    feasible = all(_fits(r, b) for r, b in zip(results, budgets))
+    suggestions = []
+    if with_suggestions and (not feasible or k < spec.num_layers + 1):
+        suggestions = _suggestions(spec, gpus, traffic, knobs, backend, backend_version,
+                                   launch.flash_attn, launch.parallel, feasible)
+    settings = {'gpu_layers': k, 'ctx_size': launch.ctx_size, 'parallel': launch.parallel,
+                'flash_attn': launch.flash_attn, 'cache_type_k': launch.cache_type_k,
+                'cache_type_v': launch.cache_type_v, 'ubatch_size': launch.ubatch, 'batch_size': launch.batch,
+                'no_kv_offload': launch.no_kv_offload,
+                'kv_cells': cells, 'kv_cells_swa': cells_s, 'slot_ctx': launch.ctx_size // launch.parallel,
                 'offloaded_blocks': sum(1 for u in units if u.layer is not None),
                 'output_on_gpu': any(u.layer is None for u in units),
                 'blocks_per_gpu': [sum(1 for u in r.units if u.layer is not None) for r in results],
-                'gguf_file_type': layout.file_type, 'vram_reserve_bytes': reserve}
+                'gguf_file_type': layout.file_type, 'vram_reserve_bytes': launch.reserve}
     if len(gpus) > 1:
-        settings['tensor_split'] = split_fractions if split_fractions is not None else counts
+        settings['tensor_split'] = launch.split_fractions if launch.split_fractions is not None else counts
     claim = max((r.runtime_resident for r in results), default=0)
     rules = list(profile.rules) + [
         'cuda graphs charged 0: captured only for single-token batches',
-        'reserve %s per GPU: %s' % (fmt_bytes(reserve), RESERVE_SOURCE),
+        'reserve %s per GPU: %s' % (fmt_bytes(launch.reserve), RESERVE_SOURCE),
     ]
     return Plan(
-        backend=backend, backend_version=str(backend_version), args=args, memory=memory,
-        kv_cache_tokens=cells, max_concurrency_at_max_len=float(parallel), feasible=feasible,
-        settings=settings, reasons=reasons, warnings=warnings, not_fitting=not_fitting,
+        backend=backend, backend_version=str(backend_version),
+        args=_launch_args(profile, launch, knobs, k, len(gpus), counts), memory=_gpu_memory(results, budgets, cudas),
+        kv_cache_tokens=cells, max_concurrency_at_max_len=float(launch.parallel), feasible=feasible,
+        settings=settings, reasons=reasons, warnings=warnings,
+        not_fitting=_not_fitting(results, budgets, cudas, launch.reserve),
         suggestions=suggestions, rules=rules,
-        vram_claim_bytes=claim if k > 0 else 0, system_reserved_bytes=reserve)
+        vram_claim_bytes=claim if k > 0 else 0, system_reserved_bytes=launch.reserve)
 
 
 def _fmt_split(value):

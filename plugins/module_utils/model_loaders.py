@@ -162,17 +162,18 @@ def _model_type(config, text):
 
 @dataclass(frozen=True)
 class ArchDims:
-    """The dimensions that decide tensor shapes, normalized across architectures."""
+    """The dimensions that decide tensor shapes, normalized across architectures (the figures a
+    ModelSpec also carries go by the ModelSpec names)."""
     architecture: str
     model_type: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    intermediate: int
-    tie: bool
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int                # the config's; a MLA ModelSpec caches one latent head instead
+    head_dim: int                    # the config's; a MLA ModelSpec's is kv_lora_rank + qk_rope_head_dim
+    vocab_size: int
+    intermediate_size: int
+    tie_word_embeddings: bool
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
@@ -184,9 +185,9 @@ class ArchDims:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     num_experts: int = 0
-    experts_per_tok: int = 0
-    moe_intermediate: int = 0
-    shared_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
     shared_intermediate: int = 0
     shared_expert_gate: bool = False
     dense_layers: int = 0            # first_k_dense_replace: leading layers with a dense MLP
@@ -223,8 +224,8 @@ def arch_dims(config):
     is_gpt_oss = mtype == 'gpt_oss' or arch.startswith('GptOss')
     attention_bias = bool(text.get('attention_bias', False))
     kw = dict(
-        architecture=arch, model_type=mtype, hidden=hidden, layers=layers, heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, tie=bool(tie),
+        architecture=arch, model_type=mtype, hidden_size=hidden, num_layers=layers, num_attention_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, tie_word_embeddings=bool(tie),
         multimodal=multimodal,
         # Qwen2 has q/k/v biases without a config flag; others say attention_bias.
         qkv_bias=is_qwen2 or attention_bias,
@@ -266,15 +267,15 @@ def arch_dims(config):
         if text.get('decoder_sparse_step', 1) not in (1, None) or text.get('mlp_only_layers'):
             raise ModelSpecError('model', 'decoder_sparse_step / mlp_only_layers (MoE on some '
                                  'layers only) are not supported; give weight_bytes')
-        kw.update(num_experts=experts, experts_per_tok=topk, moe_intermediate=moe_inter,
-                  shared_experts=shared, shared_intermediate=shared_inter,
+        kw.update(num_experts=experts, num_experts_per_tok=topk, moe_intermediate_size=moe_inter,
+                  num_shared_experts=shared, shared_intermediate=shared_inter,
                   shared_expert_gate=bool(text.get('shared_expert_intermediate_size')),
                   dense_layers=dense_layers, router_bias=is_gpt_oss, expert_bias=is_gpt_oss,
                   router_score_bias=text.get('topk_method') == 'noaux_tc')
         dense_inter = _count(text, 'intermediate_size') if dense_layers else 0
-        kw['intermediate'] = dense_inter if dense_layers else 0
+        kw['intermediate_size'] = dense_inter if dense_layers else 0
     else:
-        kw['intermediate'] = _positive_int(text, 'intermediate_size')
+        kw['intermediate_size'] = _positive_int(text, 'intermediate_size')
     return ArchDims(**kw)
 
 
@@ -282,17 +283,17 @@ def arch_dims(config):
 
 def weight_tensor_groups(dims):
     """Every weight tensor family of the decoder (no vision tower, no MTP layers)."""
-    h, n = dims.hidden, dims.layers
-    groups = [TensorGroup('embed_tokens', ROLE_EMBED, dims.vocab, h, 1)]
-    if not dims.tie:
-        groups.append(TensorGroup('lm_head', ROLE_LM_HEAD, dims.vocab, h, 1))
+    h, n = dims.hidden_size, dims.num_layers
+    groups = [TensorGroup('embed_tokens', ROLE_EMBED, dims.vocab_size, h, 1)]
+    if not dims.tie_word_embeddings:
+        groups.append(TensorGroup('lm_head', ROLE_LM_HEAD, dims.vocab_size, h, 1))
     groups.append(TensorGroup('final_norm', ROLE_VECTOR, h, 1, 1, replicated=True))
     groups.append(TensorGroup('layer_norms', ROLE_VECTOR, h, 1, dims.norms_per_layer * n,
                               replicated=True))
     if dims.kv_lora_rank:
         groups.extend(_mla_groups(dims))
     else:
-        q_out, kv_out = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+        q_out, kv_out = dims.num_attention_heads * dims.head_dim, dims.num_kv_heads * dims.head_dim
         groups += [
             TensorGroup('q_proj', ROLE_LINEAR, q_out, h, n),
             TensorGroup('k_proj', ROLE_LINEAR, kv_out, h, n),
@@ -308,18 +309,18 @@ def weight_tensor_groups(dims):
             groups.append(TensorGroup('qk_norm', ROLE_VECTOR, dims.head_dim, 1, 2 * n,
                                       replicated=True))
     if dims.attn_sinks:
-        groups.append(TensorGroup('attn_sinks', ROLE_VECTOR, dims.heads, 1, n))
+        groups.append(TensorGroup('attn_sinks', ROLE_VECTOR, dims.num_attention_heads, 1, n))
     if dims.num_experts:
         groups.extend(_moe_groups(dims))
-    if dims.intermediate:
+    if dims.intermediate_size:
         dense = dims.dense_layers if dims.num_experts else n
-        groups += [TensorGroup('mlp_gate_up', ROLE_LINEAR, dims.intermediate, h, 2 * dense),
-                   TensorGroup('mlp_down', ROLE_LINEAR, h, dims.intermediate, dense)]
+        groups += [TensorGroup('mlp_gate_up', ROLE_LINEAR, dims.intermediate_size, h, 2 * dense),
+                   TensorGroup('mlp_down', ROLE_LINEAR, h, dims.intermediate_size, dense)]
     return [g for g in groups if g.count]
 
 
 def _mla_groups(dims):
-    h, n, heads = dims.hidden, dims.layers, dims.heads
+    h, n, heads = dims.hidden_size, dims.num_layers, dims.num_attention_heads
     qk_head = dims.qk_nope_head_dim + dims.qk_rope_head_dim
     groups = []
     if dims.q_lora_rank:
@@ -342,8 +343,8 @@ def _mla_groups(dims):
 
 
 def _moe_groups(dims):
-    h, e, inter = dims.hidden, dims.num_experts, dims.moe_intermediate
-    moe_layers = dims.layers - dims.dense_layers
+    h, e, inter = dims.hidden_size, dims.num_experts, dims.moe_intermediate_size
+    moe_layers = dims.num_layers - dims.dense_layers
     groups = [
         TensorGroup('router', ROLE_ROUTER, e, h, moe_layers, replicated=True),
         TensorGroup('experts_gate_up', ROLE_EXPERT, inter, h, 2 * e * moe_layers),
@@ -679,21 +680,21 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
         extra['sliding_window_pattern'] = _count(text, 'sliding_window_pattern')
     return check_spec(ModelSpec(
         name=str(name), source=source, architecture=dims.architecture,
-        num_layers=dims.layers, hidden_size=dims.hidden,
-        intermediate_size=dims.intermediate,
-        num_attention_heads=dims.heads,
+        num_layers=dims.num_layers, hidden_size=dims.hidden_size,
+        intermediate_size=dims.intermediate_size,
+        num_attention_heads=dims.num_attention_heads,
         # vLLM caches one latent "head" of kv_lora_rank + rope dims per token for MLA.
-        num_kv_heads=1 if mla else dims.kv_heads,
+        num_kv_heads=1 if mla else dims.num_kv_heads,
         head_dim=(dims.kv_lora_rank + dims.qk_rope_head_dim) if mla else dims.head_dim,
-        vocab_size=dims.vocab,
+        vocab_size=dims.vocab_size,
         max_position_embeddings=_positive_int(text, 'max_position_embeddings', default=4096),
-        tie_word_embeddings=dims.tie,
+        tie_word_embeddings=dims.tie_word_embeddings,
         # vLLM's dtype=auto runs fp32 checkpoints in 16-bit; activations/KV use 2 B.
         dtype_bytes=2,
         layer_kinds=kinds, sliding_window=window,
         kv_lora_rank=dims.kv_lora_rank, qk_rope_head_dim=dims.qk_rope_head_dim if mla else None,
-        num_experts=dims.num_experts, num_experts_per_tok=dims.experts_per_tok,
-        moe_intermediate_size=dims.moe_intermediate, num_shared_experts=dims.shared_experts,
+        num_experts=dims.num_experts, num_experts_per_tok=dims.num_experts_per_tok,
+        moe_intermediate_size=dims.moe_intermediate_size, num_shared_experts=dims.num_shared_experts,
         param_count=params, weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
         weight_bytes_note=note, quantization=scheme.name, replicated_bytes=replicated,
         extra=extra,
@@ -823,10 +824,10 @@ TIED_HEAD_NAMES = ('lm_head.weight', 'language_model.lm_head.weight')
 
 def _not_loaded(name, dims):
     """Why vLLM does not load a checkpoint tensor (None when it does)."""
-    if dims.tie and name in TIED_HEAD_NAMES:
+    if dims.tie_word_embeddings and name in TIED_HEAD_NAMES:
         return 'lm_head stored although tie_word_embeddings is true'
     match = LAYER_TENSOR_RE.match(name)
-    if match and int(match.group(1)) >= dims.layers and 'vision' not in name:
+    if match and int(match.group(1)) >= dims.num_layers and 'vision' not in name:
         return 'layers past num_hidden_layers (MTP / next-token-prediction)'
     return None
 
@@ -922,8 +923,8 @@ def _model_dir_weight_bytes(path, config):
         if files and absent:
             note += (' (%d of the shards it names are not in the directory: %s%s)'
                      % (len(absent), ', '.join(absent[:4]), ', ...' if len(absent) > 4 else ''))
-        if dims.tie and any(t in weight_map for t in TIED_HEAD_NAMES):
-            head = dims.vocab * dims.hidden * _dtype_bytes(config)
+        if dims.tie_word_embeddings and any(t in weight_map for t in TIED_HEAD_NAMES):
+            head = dims.vocab_size * dims.hidden_size * _dtype_bytes(config)
             weight_bytes -= head
             note += ' minus %d B of lm_head stored although tie_word_embeddings is true' % head
         mtp = [t for t in weight_map if _not_loaded(t, dims) and t not in TIED_HEAD_NAMES]

@@ -14,19 +14,15 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-
-# Layer kinds, one per decoder layer, in ``ModelSpec.layer_kinds``.
-LAYER_FULL = 'full'          # ordinary (GQA/MHA) attention over the whole context
-LAYER_SLIDING = 'sliding'    # sliding-window attention (window = ModelSpec.sliding_window)
-LAYER_MLA = 'mla'            # multi-head latent attention (DeepSeek V2/V3/R1)
-LAYER_NO_KV = 'none'         # no KV cache (e.g. linear attention / state-space layers)
+# Layer kinds, one per decoder layer, in ``ModelSpec.layer_kinds``: defined (and costed) in
+# attention_kinds, re-exported here for the loaders and planners that build specs.
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (  # pylint: disable=unused-import
+    LAYER_FULL, LAYER_KINDS, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, kind_of)
 
 
 class ModelSpecError(PlanInputError):
     """Bad or unsupported model input. ``field`` names the option or key at fault."""
 
-
-LAYER_KINDS = (LAYER_FULL, LAYER_SLIDING, LAYER_MLA, LAYER_NO_KV)
 
 # Ranges of every geometry figure a ModelSpec carries: (lowest, highest). Beyond these a
 # figure is a typo, a wrong file or an attack, not a model (the largest open models have
@@ -92,7 +88,7 @@ def check_spec(spec):
     unknown = sorted(set(k for k in spec.layer_kinds if k not in LAYER_KINDS))
     if unknown:
         raise _geometry_error(spec, 'layer_kinds', 'has unknown kinds %s' % unknown)
-    attention = [k for k in spec.layer_kinds if k in (LAYER_FULL, LAYER_SLIDING)]
+    attention = [k for k in spec.layer_kinds if kind_of(k).kv_heads]
     if attention and spec.num_kv_heads < 1:
         raise _geometry_error(spec, 'num_kv_heads', 'is 0 but %d layers have attention' % len(attention))
     if spec.num_kv_heads > spec.num_attention_heads:

@@ -26,18 +26,40 @@ BACKEND_LLAMA_BOX = 'llama-box'
 BACKEND_LLAMA_CPP = 'llama.cpp'
 BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
 
-# Engine knobs by backend (the serving_plan option names). A knob left None is derived by the planner.
-VLLM_KNOBS = (
-    'tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
-    'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
-    'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate',
-    'pipeline_parallel_size', 'pp_layer_partition',
+# The engine knobs, one row each: (serving_plan option name, the engine it belongs to, its option
+# type in the argument spec). A knob left None is derived by the planner. The module's
+# DOCUMENTATION and playbooks/tasks/plan_deployments.yml list the same names (a unit test checks).
+ENGINE_VLLM = 'vllm'
+ENGINE_LLAMA = 'llama-box / llama.cpp'
+ENGINE_KNOBS = (
+    ('tensor_parallel_size', ENGINE_VLLM, dict(type='raw')),
+    ('gpu_memory_utilization', ENGINE_VLLM, dict(type='float')),
+    ('max_model_len', ENGINE_VLLM, dict(type='int')),
+    ('max_num_seqs', ENGINE_VLLM, dict(type='int')),
+    ('max_num_batched_tokens', ENGINE_VLLM, dict(type='int', no_log=False)),
+    ('kv_cache_dtype', ENGINE_VLLM, dict(type='str')),
+    ('block_size', ENGINE_VLLM, dict(type='int')),
+    ('enforce_eager', ENGINE_VLLM, dict(type='bool')),
+    ('pin_kv_cache_memory', ENGINE_VLLM, dict(type='bool')),
+    ('kv_cache_memory_bytes', ENGINE_VLLM, dict(type='int')),
+    ('cudagraph_memory_estimate', ENGINE_VLLM, dict(type='bool')),
+    ('pipeline_parallel_size', ENGINE_VLLM, dict(type='int')),
+    ('pp_layer_partition', ENGINE_VLLM, dict(type='raw')),
+    ('gpu_layers', ENGINE_LLAMA, dict(type='int')),
+    ('ctx_size', ENGINE_LLAMA, dict(type='int')),
+    ('parallel', ENGINE_LLAMA, dict(type='int')),
+    ('flash_attn', ENGINE_LLAMA, dict(type='bool')),
+    ('cache_type_k', ENGINE_LLAMA, dict(type='str')),
+    ('cache_type_v', ENGINE_LLAMA, dict(type='str')),
+    ('ubatch_size', ENGINE_LLAMA, dict(type='int')),
+    ('batch_size', ENGINE_LLAMA, dict(type='int')),
+    ('tensor_split', ENGINE_LLAMA, dict(type='list', elements='float')),
+    ('quantization', ENGINE_LLAMA, dict(type='str')),
+    ('no_kv_offload', ENGINE_LLAMA, dict(type='bool')),
+    ('vram_reserve_bytes', ENGINE_LLAMA, dict(type='int')),
 )
-LLAMA_KNOBS = (
-    'gpu_layers', 'ctx_size', 'parallel', 'flash_attn', 'cache_type_k', 'cache_type_v',
-    'ubatch_size', 'batch_size', 'tensor_split', 'quantization', 'no_kv_offload',
-    'vram_reserve_bytes',
-)
+VLLM_KNOBS = tuple(name for name, engine, _spec in ENGINE_KNOBS if engine == ENGINE_VLLM)
+LLAMA_KNOBS = tuple(name for name, engine, _spec in ENGINE_KNOBS if engine == ENGINE_LLAMA)
 ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 
 # Sanity bounds for traffic figures: beyond these a number is a typo, not a workload.
@@ -54,33 +76,7 @@ MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, 
 COMPUTE_CAPABILITY_RE = re.compile(r'^\d{1,2}(\.\d{1,2})?$')
 
 # Option types of the engine knobs (the module's argument spec, less the required inputs).
-KNOB_TYPES = dict(
-    tensor_parallel_size=dict(type='raw'),
-    gpu_memory_utilization=dict(type='float'),
-    max_model_len=dict(type='int'),
-    max_num_seqs=dict(type='int'),
-    max_num_batched_tokens=dict(type='int', no_log=False),
-    kv_cache_dtype=dict(type='str'),
-    block_size=dict(type='int'),
-    enforce_eager=dict(type='bool'),
-    pin_kv_cache_memory=dict(type='bool'),
-    kv_cache_memory_bytes=dict(type='int'),
-    cudagraph_memory_estimate=dict(type='bool'),
-    pipeline_parallel_size=dict(type='int'),
-    pp_layer_partition=dict(type='raw'),
-    gpu_layers=dict(type='int'),
-    ctx_size=dict(type='int'),
-    parallel=dict(type='int'),
-    flash_attn=dict(type='bool'),
-    cache_type_k=dict(type='str'),
-    cache_type_v=dict(type='str'),
-    ubatch_size=dict(type='int'),
-    batch_size=dict(type='int'),
-    tensor_split=dict(type='list', elements='float'),
-    quantization=dict(type='str'),
-    no_kv_offload=dict(type='bool'),
-    vram_reserve_bytes=dict(type='int'),
-)
+KNOB_TYPES = dict((name, spec) for name, _engine, spec in ENGINE_KNOBS)
 
 # The serving_plan task's argument spec: the module builds its AnsibleModule from it and the
 # action plugin validates the task args with it, so both coerce and reject alike.

@@ -21,10 +21,10 @@ of the card. Every estimated term below says what it was fitted on. Public entry
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
-    LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING)
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
+    LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
     GpuMemory, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
@@ -236,23 +236,10 @@ def util_bytes(total, util):
 
 
 # ---------------------------------------------------------------- KV cache
-def kv_heads_per_gpu(spec, tp):
-    """KV heads one rank stores: replicated when fewer than TP (vLLM get_num_kv_heads)."""
-    return max(1, spec.num_kv_heads // tp)
-
-
-def layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes):
-    if kind in (LAYER_FULL, LAYER_SLIDING):
-        return 2 * kv_heads_per_gpu(spec, tp) * spec.head_dim * kv_dtype_bytes
-    if kind == LAYER_MLA:
-        # latent + rope key, no separate V, replicated on every TP rank
-        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * kv_dtype_bytes
-    return 0
-
-
+# Bytes and blocks per layer kind: attention_kinds.
 def kv_bytes_per_token(spec, tp, kv_dtype_bytes):
     """Per-GPU KV bytes for one token over all layers (Llama-3.3-70B bf16 TP1: 327,680)."""
-    return sum(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in spec.layer_kinds)
+    return sum(kind_of(kind).vllm_bytes_per_token(spec, tp, kv_dtype_bytes) for kind in spec.layer_kinds)
 
 
 @dataclass
@@ -269,24 +256,19 @@ class KvLayout:
 
     @property
     def hybrid(self):
-        return len(self.groups) > 1 or any(k == LAYER_SLIDING for k in self.groups)
+        return len(self.groups) > 1 or any(kind_of(k).slides for k in self.groups)
 
     def blocks_per_request(self, tokens):
         """Blocks one request of ``tokens`` tokens holds (kv_cache_interface max_memory_usage)."""
-        blocks = 0
-        for kind, count in self.groups.items():
-            if kind == LAYER_SLIDING:
-                held = min(self.sliding_window - 1 + self.max_num_batched_tokens, tokens)
-                blocks += count * (_cdiv(held, self.block_size) + 1)
-            else:
-                blocks += count * _cdiv(tokens, self.block_size)
-        return blocks
+        return sum(count * kind_of(kind).vllm_blocks_per_request(
+            tokens, self.block_size, self.sliding_window, self.max_num_batched_tokens)
+            for kind, count in self.groups.items())
 
 
 def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
     counts = {}
     for kind in spec.layer_kinds:
-        if kind != LAYER_NO_KV:
+        if kind_of(kind).caches_kv:
             counts[kind] = counts.get(kind, 0) + 1
     per_token = kv_bytes_per_token(spec, tp, kv_dtype_bytes)
     if not counts:
@@ -297,19 +279,13 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
         group_size = counts[kind]
         groups = {kind: 1}
         bytes_per_block = block_size * per_token
-        if kind == LAYER_SLIDING:
-            rule = ('all %d layers use a %d-token sliding window: a request holds at most '
-                    'min(window - 1 + max_num_batched_tokens, len) tokens + 1 block'
-                    % (group_size, spec.sliding_window))
-        else:
-            rule = 'one KV group of %d layers: a request of L tokens holds ceil(L / %d) blocks' % (
-                group_size, block_size)
+        rule = kind_of(kind).vllm_group_rule(spec, group_size, block_size)
     else:
         # Hybrid KV cache manager: groups of equal layer count share one block pool; a block id
         # is one page in every group tensor, so bytes_per_block sums the largest group's layers.
         group_size = min(counts.values())
         groups = {kind: _cdiv(n, group_size) for kind, n in counts.items()}
-        page_per_layer = max(layer_kv_bytes_per_token(spec, kind, tp, kv_dtype_bytes) for kind in counts)
+        page_per_layer = max(kind_of(kind).vllm_bytes_per_token(spec, tp, kv_dtype_bytes) for kind in counts)
         bytes_per_block = block_size * group_size * page_per_layer
         rule = ('hybrid KV manager: %s, groups of %d layers share one block pool (%s per block); '
                 'full groups hold ceil(L / bs) blocks per request, sliding groups '
@@ -323,7 +299,7 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
 
 # ---------------------------------------------------------------- weights
 def _attention_layers(spec):
-    return sum(1 for k in spec.layer_kinds if k in (LAYER_FULL, LAYER_SLIDING))
+    return sum(1 for k in spec.layer_kinds if kind_of(k).kv_heads)
 
 
 # Compute capability by card name, for GPUs whose facts carry no compute_capability: the
@@ -719,21 +695,45 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
     }
 
 
-def _evaluate(ctx, tp, kv_dtype, max_model_len):
-    """The whole memory picture for one TP and KV dtype: util (user or derived), max_num_seqs
-    (user or derived), per-GPU GpuMemory, usable blocks (min over GPUs), shortfalls."""
-    spec, knobs, version, acct, traffic = ctx.spec, ctx.knobs, ctx.version, ctx.acct, ctx.traffic
-    gpus = ctx.gpus[:tp]
-    kv_bytes = prof.kv_cache_dtype_bytes(kv_dtype, version, spec.dtype_bytes)
+@dataclass(frozen=True)
+class _EvalSetup:
+    """What one evaluation (one TP, one KV dtype) fixes before any max_num_seqs is tried."""
+    tp: int
+    kv_dtype: str
+    gpus: List[dict]
+    cudas: List[object]              # cuda_total per GPU
+    block_size: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    layout: KvLayout
+    user_ms: Optional[int]
+    ms_upper: int                    # the largest max_num_seqs considered
+    pinned_user: Optional[int]       # --kv-cache-memory-bytes set by the user
+    cold_applies: bool               # V1 compiles inside its profile run (cold-compile margin)
+    pin_wanted: bool                 # pin the planned KV in bytes
+    weights: int
+    w_terms: Dict[str, int]
+    w_explain: str
+    non_torch_growth: int
+    tp_workspace: int
+    util: float
+    derived_util: float
+    reasons: Dict[str, str]          # block size, batching and utilization reasons, in that order
+
+
+def _batch_settings(ctx, max_model_len):
+    """Block size, chunked prefill and max_num_batched_tokens: the user's, else this version's
+    defaults; returns them with their reasons."""
+    spec, knobs, version, acct = ctx.spec, ctx.knobs, ctx.version, ctx.acct
     reasons = {}
     block_size = knobs.get('block_size')
     if block_size is None:
-        if LAYER_MLA in spec.layer_kinds:
-            block_size = prof.MLA_BLOCK_SIZE
-            reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
+        forced = vllm_forced_block_size(spec.layer_kinds)
+        if forced is not None:
+            block_size, reasons['block_size'] = forced
         else:
             block_size = prof.default_block_size(version)
-    first = gpus[0]
+    first = ctx.gpus[0]
     chunked = True
     mnbt = knobs.get('max_num_batched_tokens')
     if acct.engine == 'v0':
@@ -753,183 +753,237 @@ def _evaluate(ctx, tp, kv_dtype, max_model_len):
             mnbt = knobs['max_num_seqs']
             reasons['max_num_batched_tokens'] = ('raised to max_num_seqs %d: vLLM requires '
                                                  'max_num_batched_tokens >= max_num_seqs' % mnbt)
+    return block_size, chunked, mnbt, reasons
+
+
+def _graph_for(ctx, tp, gpus, mnbt, ms):
+    """The CUDA graph pool (bytes, terms, explanation) with ``ms`` sequences."""
+    sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(ctx.version, ms, mnbt)
+    return cuda_graph_pool(ctx.spec, tp, sizes, gpus[0].get('name'))
+
+
+def _utilization(ctx, tp, gpus, cudas, graph_upper):
+    """(util, derived util, reason): the user's, else the largest whole percent that leaves what vLLM
+    holds outside the budget room on every GPU (with the largest graph pool considered, so the
+    capture-size-dependent pool is not under-counted)."""
+    acct, version = ctx.acct, ctx.version
+    derived = None
+    for gpu, cuda in zip(gpus, cudas):
+        total = cuda.cuda_total
+        required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu, graph_upper)[2]
+        util_here = floor_util(total - required, total)
+        derived = util_here if derived is None else min(derived, util_here)
+    user_util = ctx.knobs.get('gpu_memory_utilization')
+    if user_util is not None:
+        return user_util, derived, 'set by the user (%.2f); the safe maximum here is %.2f' % (user_util, derived)
+    return derived, derived, (
+        'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
+        'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
+            derived, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
+            prof.default_gpu_memory_utilization(version), version))
+
+
+def _eval_setup(ctx, tp, kv_dtype, max_model_len):
+    spec, knobs, version, acct, traffic = ctx.spec, ctx.knobs, ctx.version, ctx.acct, ctx.traffic
+    gpus = ctx.gpus[:tp]
+    kv_bytes = prof.kv_cache_dtype_bytes(kv_dtype, version, spec.dtype_bytes)
+    block_size, chunked, mnbt, reasons = _batch_settings(ctx, max_model_len)
     layout = kv_layout(spec, tp, kv_bytes, block_size, mnbt)
     user_ms = knobs.get('max_num_seqs')
     ms_upper = user_ms if user_ms is not None else max(1, min(traffic.max_concurrency, mnbt))
-    user_util = knobs.get('gpu_memory_utilization')
     pinned_user = knobs.get('kv_cache_memory_bytes')
     pin_knob = knobs.get('pin_kv_cache_memory')
-    # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
-    cold_applies = acct.engine != 'v0'
     pin_wanted = pinned_user is None and (
         pin_knob if pin_knob is not None else prof.kv_bytes_pin_default(version)[0])
     weights, w_terms, w_explain = weights_per_gpu(spec, tp, gpus[0], version)
-    non_torch_growth = 0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES
-    tp_workspace = TP_WORKSPACE_BYTES if tp > 1 else 0
-
-    def graph_for(ms):
-        sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(version, ms, mnbt)
-        return cuda_graph_pool(spec, tp, sizes, gpus[0].get('name'))
-
-    # Outside terms and the derived utilization (with the largest max_num_seqs considered,
-    # so the capture-size-dependent graph pool is not under-counted).
-    derived = None
     cudas = [cuda_total_of(gpu, position) for position, gpu in enumerate(gpus)]
-    for gpu, cuda in zip(gpus, cudas):
-        total = cuda.cuda_total
-        required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu, graph_for(ms_upper)[0])[2]
-        util_here = floor_util(total - required, total)
-        derived = util_here if derived is None else min(derived, util_here)
-    if user_util is not None:
-        util = user_util
-        reasons['gpu_memory_utilization'] = 'set by the user (%.2f); the safe maximum here is %.2f' % (
-            util, derived)
+    util, derived, reasons['gpu_memory_utilization'] = _utilization(
+        ctx, tp, gpus, cudas, _graph_for(ctx, tp, gpus, mnbt, ms_upper)[0])
+    return _EvalSetup(
+        tp=tp, kv_dtype=kv_dtype, gpus=gpus, cudas=cudas, block_size=block_size, max_num_batched_tokens=mnbt,
+        chunked_prefill=chunked, layout=layout, user_ms=user_ms, ms_upper=ms_upper, pinned_user=pinned_user,
+        # V1 compiles the model (torch.compile) inside its profile run; V0 compiles nothing by default
+        cold_applies=acct.engine != 'v0', pin_wanted=pin_wanted,
+        weights=weights, w_terms=w_terms, w_explain=w_explain,
+        non_torch_growth=0 if acct.cublas_in_baseline else NON_TORCH_GROWTH_BYTES,
+        tp_workspace=TP_WORKSPACE_BYTES if tp > 1 else 0, util=util, derived_util=derived, reasons=reasons)
+
+
+def _kv_row(ctx, setup, gpu, cuda, ms, cold_margin):
+    """One GPU's charged terms and KV blocks with ``ms`` sequences; with ``cold_margin`` the KV
+    budget is the one a cold torch.compile leaves."""
+    spec, acct, tp, mnbt = ctx.spec, ctx.acct, setup.tp, setup.max_num_batched_tokens
+    total = cuda.cuda_total
+    nccl = nccl_buffer_bytes(tp, gpu.get('name'))
+    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, ctx.version)
+    graph, g_terms, g_explain = _graph_for(ctx, tp, setup.gpus, mnbt, ms)
+    inside_nt = setup.non_torch_growth + setup.tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
+        CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
+    charged = setup.weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
+    cold = 0
+    ext = None
+    if setup.pinned_user is not None:
+        kv_budget = setup.pinned_user
+    elif ctx.extensible:
+        ext = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph,
+                                act + (graph if ctx.graphs_inside else 0))
+        kv_budget = ext['kv']
+        charged = ext['consumed'] + ext['transient']
     else:
-        util = derived
-        reasons['gpu_memory_utilization'] = (
-            'floor to 0.01 of (total - outside terms - margin) / total = %.2f (vLLM %s default would '
-            'be %.2f): what vLLM %s holds outside the budget must fit in total x (1 - util)' % (
-                util, version, prof.EXTENSIBLE_DEFAULT_UTILIZATION if ctx.extensible else
-                prof.default_gpu_memory_utilization(version), version))
+        kv_budget = util_bytes(total, setup.util) - charged
+        if cold_margin:
+            cold = cold_compile_margin_bytes(kv_budget)
+            kv_budget -= cold
+    blocks = max(0, kv_budget) // setup.layout.bytes_per_block
+    return dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
+                a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
+                inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
+                cold=cold, ext=ext)
 
-    def blocks_for(ms, cold_margin):
-        """Usable blocks (min over GPUs) and per-GPU numbers for a given max_num_seqs; with
-        ``cold_margin`` the KV budget is the one a cold torch.compile leaves."""
-        rows = []
-        for gpu, cuda in zip(gpus, cudas):
-            total = cuda.cuda_total
-            nccl = nccl_buffer_bytes(tp, gpu.get('name'))
-            act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, version)
-            graph, g_terms, g_explain = graph_for(ms)
-            inside_nt = non_torch_growth + tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
-                CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
-            charged = weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
-            cold = 0
-            ext = None
-            if pinned_user is not None:
-                kv_budget = pinned_user
-            elif ctx.extensible:
-                ext = extensible_sizing(acct, tp, gpu, total, util, weights + inside_nt + graph,
-                                        act + (graph if ctx.graphs_inside else 0))
-                kv_budget = ext['kv']
-                charged = ext['consumed'] + ext['transient']
-            else:
-                kv_budget = util_bytes(total, util) - charged
-                if cold_margin:
-                    cold = cold_compile_margin_bytes(kv_budget)
-                    kv_budget -= cold
-            blocks = max(0, kv_budget) // layout.bytes_per_block
-            rows.append(dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
-                             a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
-                             inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
-                             cold=cold, ext=ext))
-        fewest = min(r['blocks'] for r in rows)
-        usable = fewest - acct.held_back_blocks(fewest)
-        return max(0, usable), rows
 
+def _kv_rows(ctx, setup, ms, cold_margin):
+    """Usable blocks (min over GPUs, less what the engine holds back) and the per-GPU rows."""
+    rows = [_kv_row(ctx, setup, gpu, cuda, ms, cold_margin) for gpu, cuda in zip(setup.gpus, setup.cudas)]
+    fewest = min(r['blocks'] for r in rows)
+    usable = fewest - ctx.acct.held_back_blocks(fewest)
+    return max(0, usable), rows
+
+
+def _max_num_seqs(ctx, setup, max_model_len):
+    """(max_num_seqs, usable blocks, rows, reason): the user's, else the declared concurrency,
+    lowered to what the KV pool holds."""
+    traffic, layout = ctx.traffic, setup.layout
+    cold = setup.cold_applies and not setup.pin_wanted
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
     seq_blocks = layout.blocks_per_request(seq_tokens)
-    if user_ms is not None:
-        ms = user_ms
-        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        reasons['max_num_seqs'] = 'set by the user (%d)' % ms
-    else:
-        ms = ms_upper
-        usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        fit = usable // seq_blocks
-        if fit < ms:
-            # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
-            ms = max(1, fit)
-            usable, rows = blocks_for(ms, cold_applies and not pin_wanted)
-        reasons['max_num_seqs'] = (
-            'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
-            '= %d: the declared traffic cannot oversubscribe the KV pool' % (
-                traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
-    pinned_bytes = pinned_user or 0
-    if pin_wanted and usable <= 0:
-        # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
-        pin_wanted = False
-        usable, rows = blocks_for(ms, cold_applies)
-    if pin_wanted:
-        # the planned pool, never more than the util budget left after the charged terms
-        pinned_bytes = (usable + (1 if acct.holds_null_block else 0)) * layout.bytes_per_block
+    if setup.user_ms is not None:
+        usable, rows = _kv_rows(ctx, setup, setup.user_ms, cold)
+        return setup.user_ms, usable, rows, 'set by the user (%d)' % setup.user_ms
+    ms = setup.ms_upper
+    usable, rows = _kv_rows(ctx, setup, ms, cold)
+    fit = usable // seq_blocks
+    if fit < ms:
+        # fewer sequences -> smaller sampler warm-up and graph pool -> more KV: stays consistent
+        ms = max(1, fit)
+        usable, rows = _kv_rows(ctx, setup, ms, cold)
+    return ms, usable, rows, (
+        'min(declared concurrency %d, KV pool %d blocks // %d blocks per %d-token sequence = %d) '
+        '= %d: the declared traffic cannot oversubscribe the KV pool' % (
+            traffic.max_concurrency, usable, seq_blocks, seq_tokens, usable // seq_blocks, ms))
 
-    memory = []
-    not_fitting = []
-    slack_min = None
-    vram_claim = system_reserved = 0
-    charges_fit = True
-    for row in rows:
-        total, gpu = row['total'], row['gpu']
-        kv_alloc = row['blocks'] * layout.bytes_per_block
-        outside, outside_resident, required = outside_terms(acct, ctx.graphs_inside or ctx.extensible, tp, gpu,
-                                                            row['graph'])
-        margin = safety_margin_bytes(row['cuda'].nvml_total)
-        if pinned_bytes:
-            budget = row['charged'] + pinned_bytes
-            kv_alloc = pinned_bytes
-            row['kv_budget'] = pinned_bytes
-        else:
-            budget = util_bytes(total, util)
-        resident = budget + outside_resident
-        headroom = total - resident
-        slack = total - budget
-        slack_min = slack if slack_min is None else min(slack_min, slack)
-        if slack < required:
-            parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
-            parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
-            if pinned_bytes:
-                text = ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
-                        'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
-                                           ' + '.join(parts), _gib(budget + required), _gib(total)))
-            else:
-                text = ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
-                    ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
-            not_fitting.append((row, text))
-        if row['charged'] >= util_bytes(total, util) and not pinned_bytes:
-            charges_fit = False
-        terms = dict(w_terms)
-        terms.update(row['a_terms'])
-        terms.update(row['g_terms'])
-        terms.update({
-            'non_torch_growth': non_torch_growth, 'tp_workspaces': tp_workspace,
-            'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
-            'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
-            'kv_budget': row['kv_budget'], 'cold_compile_margin': row['cold'],
-            'kv_bytes_per_token': layout.bytes_per_token,
-            'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
-            'outside_required': required,
-            'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
-        })
-        terms.update(('outside_' + name, size) for name, size in outside.items())
-        if row['ext']:
-            terms['extensible_margin'] = row['ext']['margin']
-            terms['extensible_transient_peak'] = row['ext']['transient']
-        explain = _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
-                           non_torch_growth, tp_workspace, margin)
-        if row['ext']:
-            explain['budget'] = row['ext']['explain_budget']
-            explain['kv_cache'] = '%s; %s' % (row['ext']['explain_kv'], explain['kv_cache'])
-        memory.append(GpuMemory(
-            index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
-            weights=weights, activation=row['act'], non_torch=row['inside_nt'],
-            cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=headroom, terms=terms,
-            explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda'])))
-        vram_claim = max(vram_claim, resident)
-        system_reserved = max(system_reserved, required)
-    # GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to
-    grouped = {}
-    for row, text in not_fitting:
-        grouped.setdefault(text, []).append(str(row['gpu'].get('index', '?')))
-    not_fitting = ['GPU %s: %s' % (', '.join(idx), text) for text, idx in grouped.items()]
+
+def _pinned_kv(ctx, setup, ms, usable, rows):
+    """(pinned KV bytes or 0, usable, rows): the planned pool pinned in bytes where wanted, never
+    more than the util budget left after the charged terms."""
+    null_block = 1 if ctx.acct.holds_null_block else 0
+    if not setup.pin_wanted:
+        return setup.pinned_user or 0, usable, rows
+    if usable <= 0:
+        # nothing to pin (the charged terms leave no KV pool): planned unpinned, cold margin too
+        usable, rows = _kv_rows(ctx, setup, ms, setup.cold_applies)
+        return 0, usable, rows
+    return (usable + null_block) * setup.layout.bytes_per_block, usable, rows
+
+
+@dataclass(frozen=True)
+class _GpuOutcome:
+    """One GPU of an evaluation: its memory, what does not fit there, and the node-level figures."""
+    memory: GpuMemory
+    shortfall: Optional[str]
+    resident: int                    # budget + outside resident terms (the VRAM claim)
+    required: int                    # outside terms + buffer + margin (system_reserved)
+    slack: int                       # total - budget
+    charges_fit: bool
+
+
+def _shortfall(ctx, util, outside, margin, budget, required, slack, total, pinned_bytes):
+    """Why the outside terms do not fit next to the budget on one GPU (None when they do)."""
+    if slack >= required:
+        return None
+    parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
+    parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
     if pinned_bytes:
-        usable = pinned_bytes // layout.bytes_per_block - (1 if acct.holds_null_block else 0)
-    return _Eval(tp=tp, kv_dtype=kv_dtype, util=util, max_num_seqs=ms, max_num_batched_tokens=mnbt,
-                 block_size=block_size, layout=layout, memory=memory, num_blocks=max(0, usable),
-                 kv_cache_memory_bytes=pinned_bytes, slack=slack_min, charges_fit=charges_fit,
-                 not_fitting=not_fitting, reasons=reasons, derived_util=derived,
-                 graphs_inside=ctx.graphs_inside, vram_claim=vram_claim, system_reserved=system_reserved,
-                 chunked_prefill=chunked, extensible=ctx.extensible)
+        return ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
+                'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
+                                   ' + '.join(parts), _gib(budget + required), _gib(total)))
+    return ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
+        ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
+
+
+def _gpu_outcome(ctx, setup, row, pinned_bytes):
+    total, gpu, util, layout = row['total'], row['gpu'], setup.util, setup.layout
+    outside, outside_resident, required = outside_terms(ctx.acct, ctx.graphs_inside or ctx.extensible,
+                                                        setup.tp, gpu, row['graph'])
+    margin = safety_margin_bytes(row['cuda'].nvml_total)
+    if pinned_bytes:
+        budget = row['charged'] + pinned_bytes
+        kv_alloc = kv_budget = pinned_bytes
+    else:
+        budget = util_bytes(total, util)
+        kv_alloc, kv_budget = row['blocks'] * layout.bytes_per_block, row['kv_budget']
+    resident = budget + outside_resident
+    slack = total - budget
+    terms = dict(setup.w_terms)
+    terms.update(row['a_terms'])
+    terms.update(row['g_terms'])
+    terms.update({
+        'non_torch_growth': setup.non_torch_growth, 'tp_workspaces': setup.tp_workspace,
+        'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
+        'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
+        'kv_budget': kv_budget, 'cold_compile_margin': row['cold'],
+        'kv_bytes_per_token': layout.bytes_per_token,
+        'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
+        'outside_required': required,
+        'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
+    })
+    terms.update(('outside_' + name, size) for name, size in outside.items())
+    if row['ext']:
+        terms['extensible_margin'] = row['ext']['margin']
+        terms['extensible_transient_peak'] = row['ext']['transient']
+    explain = _explain(ctx, setup.tp, gpu, row, layout, setup.kv_dtype, util, pinned_bytes, setup.w_explain,
+                       setup.non_torch_growth, setup.tp_workspace, margin)
+    if row['ext']:
+        explain['budget'] = row['ext']['explain_budget']
+        explain['kv_cache'] = '%s; %s' % (row['ext']['explain_kv'], explain['kv_cache'])
+    memory = GpuMemory(
+        index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
+        weights=setup.weights, activation=row['act'], non_torch=row['inside_nt'],
+        cuda_graph=row['graph'], kv_cache=kv_alloc, headroom=total - resident, terms=terms,
+        explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda']))
+    return _GpuOutcome(
+        memory=memory, shortfall=_shortfall(ctx, util, outside, margin, budget, required, slack, total, pinned_bytes),
+        resident=resident, required=required, slack=slack,
+        charges_fit=not (row['charged'] >= util_bytes(total, util) and not pinned_bytes))
+
+
+def _grouped_shortfalls(rows, outcomes):
+    """GPUs are of one kind: one line per distinct shortfall, naming the GPUs it applies to."""
+    grouped = {}
+    for row, outcome in zip(rows, outcomes):
+        if outcome.shortfall is not None:
+            grouped.setdefault(outcome.shortfall, []).append(str(row['gpu'].get('index', '?')))
+    return ['GPU %s: %s' % (', '.join(idx), text) for text, idx in grouped.items()]
+
+
+def _evaluate(ctx, tp, kv_dtype, max_model_len):
+    """The whole memory picture for one TP and KV dtype: util (user or derived), max_num_seqs
+    (user or derived), per-GPU GpuMemory, usable blocks (min over GPUs), shortfalls."""
+    setup = _eval_setup(ctx, tp, kv_dtype, max_model_len)
+    ms, usable, rows, ms_reason = _max_num_seqs(ctx, setup, max_model_len)
+    pinned_bytes, usable, rows = _pinned_kv(ctx, setup, ms, usable, rows)
+    outcomes = [_gpu_outcome(ctx, setup, row, pinned_bytes) for row in rows]
+    if pinned_bytes:
+        usable = pinned_bytes // setup.layout.bytes_per_block - (1 if ctx.acct.holds_null_block else 0)
+    return _Eval(tp=tp, kv_dtype=kv_dtype, util=setup.util, max_num_seqs=ms,
+                 max_num_batched_tokens=setup.max_num_batched_tokens, block_size=setup.block_size,
+                 layout=setup.layout, memory=[o.memory for o in outcomes], num_blocks=max(0, usable),
+                 kv_cache_memory_bytes=pinned_bytes, slack=min(o.slack for o in outcomes),
+                 charges_fit=all(o.charges_fit for o in outcomes),
+                 not_fitting=_grouped_shortfalls(rows, outcomes),
+                 reasons=dict(setup.reasons, max_num_seqs=ms_reason), derived_util=setup.derived_util,
+                 graphs_inside=ctx.graphs_inside, vram_claim=max([0] + [o.resident for o in outcomes]),
+                 system_reserved=max([0] + [o.required for o in outcomes]),
+                 chunked_prefill=setup.chunked_prefill, extensible=ctx.extensible)
 
 
 def _fits_one_sequence(ev, max_model_len):
@@ -948,13 +1002,15 @@ def engine_spec(spec, version):
     attention (the bound, never under it). MLA on V0 (0.7.1+) was not read: refused."""
     if prof.accounting(version).engine != 'v0':
         return spec
-    if LAYER_MLA in spec.layer_kinds:
-        raise PlanInputError('model', '%s uses MLA attention; its KV layout on the V0 engine (vLLM %s) is '
+    unmodelled = [kind_of(k) for k in spec.layer_kinds if kind_of(k).v0_kind is None]
+    if unmodelled:
+        raise PlanInputError('model', '%s uses %s; its KV layout on the V0 engine (vLLM %s) is '
                              'not modelled: use vLLM %s or later (the V1 engine)' % (
-                                 spec.name, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
-    if LAYER_SLIDING not in spec.layer_kinds:
+                                 spec.name, unmodelled[0].label, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
+    v0_kinds = [kind_of(k).v0_kind for k in spec.layer_kinds]
+    if v0_kinds == spec.layer_kinds:
         return spec
-    return replace(spec, layer_kinds=[LAYER_FULL if k == LAYER_SLIDING else k for k in spec.layer_kinds])
+    return replace(spec, layer_kinds=v0_kinds)
 
 
 def v0_shared_gpu_warnings(ctx):

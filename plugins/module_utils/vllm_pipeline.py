@@ -40,7 +40,7 @@ import dataclasses
 import math
 import re
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_MLA
+from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import vllm_forced_block_size
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
@@ -175,9 +175,9 @@ class _Setup:
         self.reasons = {}
         block_size = knobs.get('block_size')
         if block_size is None:
-            if LAYER_MLA in spec.layer_kinds:
-                block_size = prof.MLA_BLOCK_SIZE
-                self.reasons['block_size'] = 'MLA attention backends force block size %d (FlashMLA)' % block_size
+            forced = vllm_forced_block_size(spec.layer_kinds)
+            if forced is not None:
+                block_size, self.reasons['block_size'] = forced
             else:
                 block_size = prof.default_block_size(version)
         self.block_size = block_size

@@ -7,6 +7,8 @@ serving_watchdog role takes it. Pure data: unit-tested without Ansible."""
 from __future__ import annotations
 
 RUNTIMES = ('native', 'container')
+# ``plans`` before planning (site.yml's probe): see watchdog_targets.
+PLANS_PENDING = 'pending'
 API_VERSIONS = ('auto', 'v1', 'v2')
 
 
@@ -69,7 +71,11 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
 
     ``plans`` (kvpin_plans.results: {deployment: {name}, plan}) adds, for a deployment whose plan
     has strategy ``scheduled``, its profiles and profile_schedule (the role then installs the
-    profile switch timer)."""
+    profile switch timer). ``plans='pending'`` (PLANS_PENDING) is site.yml's probe, before
+    planning: a deployment with ``traffic_classes`` may turn out ``scheduled``, so its target gets
+    empty ``profiles`` and ``profile_schedule``, which names the switch units' paths for the probe
+    to observe (their content is known only after planning, when the targets are derived again
+    with the plans); such targets are for observing, never for installing."""
     if not server_url:
         return []
     if not isinstance(deployments, (list, tuple)):
@@ -78,8 +84,12 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
         raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r'
                                   % (', '.join(API_VERSIONS), api_version))
     runtime = 'native' if worker_runtime == 'native' else 'container'
+    pending = plans == PLANS_PENDING
+    if not pending and plans is not None and not isinstance(plans, (list, tuple)):
+        raise WatchdogTargetError("plans must be kvpin_plans.results (a list) or '%s', got %s"
+                                  % (PLANS_PENDING, type(plans).__name__))
     plan_of = {}
-    for entry in plans or []:
+    for entry in [] if pending else plans or []:
         if isinstance(entry, dict) and isinstance(entry.get('deployment'), dict):
             plan_of[entry['deployment'].get('name')] = entry.get('plan')
     if not isinstance(worker_name, str) or not worker_name:
@@ -111,7 +121,9 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
         if extra.get('settings'):
             target['settings'] = extra['settings']
         scheduled = scheduled_profiles(plan_of.get(deployment['name']))
-        if scheduled:
+        if pending and deployment.get('traffic_classes') is not None:
+            target['profiles'], target['profile_schedule'] = {}, []
+        elif scheduled:
             target['profiles'], target['profile_schedule'] = scheduled
         targets.append(target)
     return targets

@@ -147,12 +147,35 @@ def test_engine_compile_caches_persist_and_reach_the_worker_environment(fleet):
     assert {name: seen.get(name) for name in expected} == expected
 
 
-def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
-    # No docker engine in the lab: the 2.x unit is rendered (and verified by the role itself)
+# What the role's preflight reads on a podman node (the edge of the test: the lab node has no
+# container engine and no GPU): a podman that answers `version --format {{.Client.Version}}`
+# with a release GPUStack's podman deployer supports (>= 4.9), and a CDI spec declaring
+# nvidia.com/gpu=all, as nvidia-ctk writes it.
+FAKE_PODMAN = """#!/bin/sh
+[ "$1" = version ] && { echo 5.0.3; exit 0; }
+echo "fake podman (integration test): $*" >&2
+exit 1
+"""
+NVIDIA_CDI_SPEC = """cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+  - name: all
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0}]
+"""
+
+
+def test_container_runtime_unit_passes_systemd_analyze_verify(fleet, tmp_path):
+    # No container engine in the lab: the 2.x unit is rendered (and verified by the role itself)
     # but not started. verify needs ExecStart's binary and the engine unit it Requires= to
-    # exist: the host's podman binary and podman.socket unit are copied into the node.
+    # exist: a podman for the preflight (FAKE_PODMAN) and the host's podman.socket unit are copied
+    # into the node, with a CDI spec for the GPUs.
     node = 'lab-a6000x4'
-    for src, dest, mode in (('/usr/bin/podman', '/usr/local/bin/podman', '0755'),
+    (tmp_path / 'podman').write_text(FAKE_PODMAN)
+    (tmp_path / 'nvidia.yaml').write_text(NVIDIA_CDI_SPEC)
+    _on(node, 'mkdir -p /etc/cdi')
+    for src, dest, mode in ((str(tmp_path / 'podman'), '/usr/local/bin/podman', '0755'),
+                            (str(tmp_path / 'nvidia.yaml'), '/etc/cdi/nvidia.yaml', '0644'),
                             ('/usr/lib/systemd/system/podman.socket', '/etc/systemd/system/podman.socket', '0644')):
         if not os.path.exists(src):
             pytest.skip('%s missing on the host' % src)
@@ -174,6 +197,7 @@ def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
                      '-e GPUSTACK_RUNTIME_DEPLOY_MIRRORED_NAME=gpustack-worker',
                      '--volume /run/podman/podman.sock:/run/podman/podman.sock',
                      '--config-file=/var/lib/gpustack/config.yaml', 'gpustack/gpustack:v2.3.0',
+                     '--device nvidia.com/gpu=all',
                      'ExecStartPre=-/usr/local/bin/podman rm -f gpustack-worker',
                      'ExecStop=/usr/local/bin/podman stop -t 30 gpustack-worker', 'LimitNOFILE=65535'):
             assert line in unit, line
@@ -188,7 +212,7 @@ def test_container_runtime_unit_passes_systemd_analyze_verify(fleet):
         assert native['status']['MainPID'] == '0', native['status']['MainPID']
     finally:
         _on(node, 'rm -f /etc/systemd/system/gpustack-worker.service /usr/local/bin/podman '
-                  '/etc/systemd/system/podman.socket')
+                  '/etc/systemd/system/podman.socket /etc/cdi/nvidia.yaml')
         back = _worker('--limit', node)
         assert back.returncode == 0, back.stdout[-4000:]
 

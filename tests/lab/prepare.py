@@ -209,6 +209,19 @@ def _read(path):
         return handle.read().strip()
 
 
+def _request_until(deadline, url, *args, **kwargs):
+    """_request, retried on a connection error or a read timeout until ``deadline`` (monotonic): a
+    server that just answered /healthz may still be slow on a loaded machine."""
+    while True:
+        try:
+            return _request(url, *args, **kwargs)
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise SystemExit('lab: error: %s did not answer before the deadline: %s' % (url, error))
+            log('%s: request failed (%s), trying again' % (url, error))
+        time.sleep(1)
+
+
 def server_ready(state_dir, timeout):
     url = _read(os.path.join(state_dir, 'server_url'))
     deadline = time.monotonic() + timeout
@@ -224,23 +237,16 @@ def server_ready(state_dir, timeout):
     key_path = os.path.join(state_dir, 'api_key')
     # The key requests hash a password or key on the server (CPU-bound): on a loaded machine one
     # takes longer than a health check, so each may take KEY_REQUEST_TIMEOUT_S and a timed-out
-    # one is tried again until the deadline.
-    while True:
-        try:
-            if os.path.exists(key_path):
-                status, _unused = _request(url + '/v1/models', headers={'Authorization': 'Bearer ' + _read(key_path)},
-                                           timeout=KEY_REQUEST_TIMEOUT_S)
-                if status == 200:
-                    log('gpustack server %s ready (API key reused)' % url)
-                    return
-            basic = base64.b64encode(('admin:' + _read(os.path.join(state_dir, 'bootstrap_password'))).encode()).decode()
-            status, answer = _request(url + '/v1/api-keys', 'POST', {'name': 'kvpin-lab-%d' % time.time()},
-                                      headers={'Authorization': 'Basic ' + basic}, timeout=KEY_REQUEST_TIMEOUT_S)
-            break
-        except OSError as error:
-            if time.monotonic() > deadline:
-                raise SystemExit('lab: error: %s: API key request failed within %ds: %s' % (url, timeout, error))
-            log('gpustack server %s: API key request timed out (%s), trying again' % (url, error))
+    # one is tried again until the deadline (_request_until).
+    if os.path.exists(key_path):
+        status, _unused = _request_until(deadline, url + '/v1/models', timeout=KEY_REQUEST_TIMEOUT_S,
+                                         headers={'Authorization': 'Bearer ' + _read(key_path)})
+        if status == 200:
+            log('gpustack server %s ready (API key reused)' % url)
+            return
+    basic = base64.b64encode(('admin:' + _read(os.path.join(state_dir, 'bootstrap_password'))).encode()).decode()
+    status, answer = _request_until(deadline, url + '/v1/api-keys', 'POST', {'name': 'kvpin-lab-%d' % time.time()},
+                                    headers={'Authorization': 'Basic ' + basic}, timeout=KEY_REQUEST_TIMEOUT_S)
     if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get('value'), str):
         raise SystemExit('lab: error: POST %s/v1/api-keys answered HTTP %s' % (url, status))
     write_if_changed(key_path, answer['value'], 0o600)

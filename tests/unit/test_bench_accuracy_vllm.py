@@ -81,3 +81,18 @@ def test_score_splits_the_data_into_planned_and_counted_runs():
     assert not planned_ids & unplanned_ids
     assert planned_ids | unplanned_ids == set(e['id'] for e in _entries())
     assert all(why for _entry, why in unplanned)
+
+
+def test_a_v0_row_without_max_num_seqs_is_planned_with_the_v0_default():
+    """A V0 release (before vllm_profile.V1_ENGINE_SINCE) has no V1 per-device batch defaults:
+    the run used EngineArgs.max_num_seqs = 256, and the row is planned, not a crash."""
+    row = dict(_planned_row(), vllm_version='0.7.1', max_num_seqs=None, max_num_batched_tokens=None)
+    version = bench.prof.parse_version('0.7.1')
+    total = bench.nvml_total(row)
+    assert bench.default_max_num_seqs(version, row['gpu'], total) == bench.V0_DEFAULT_MAX_NUM_SEQS == 256
+    spec, plan = bench.plan_entry(row)[:2]
+    assert plan.settings['max_num_seqs'] == 256, plan.settings
+    # a V1 release keeps the per-device default
+    v1 = bench.prof.parse_version('0.19.0')
+    assert bench.default_max_num_seqs(v1, row['gpu'], total) == bench.prof.batch_defaults(
+        v1, row['gpu'], total).max_num_seqs

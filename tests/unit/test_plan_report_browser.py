@@ -47,8 +47,39 @@ MEASURE = """() => {
 }"""
 
 
-def open_report(path, screenshot=None):
-    """Open ``path`` in Chromium: (measurements, console errors, page errors, requests)."""
+# Readability at fleet scale: the page's width against the viewport, and per bar the box of
+# its label and of its first segment (the label must end before the bar starts, and no two
+# bars' rows may overlap).
+MEASURE_READABLE = """() => ({
+  viewport: window.innerWidth,
+  scrollWidth: document.documentElement.scrollWidth,
+  scrollHeight: document.documentElement.scrollHeight,
+  rows: Array.from(document.querySelectorAll('g[data-gpu]')).map(g => {
+    const label = g.querySelector('text.label').getBoundingClientRect();
+    const first = g.querySelector('rect[data-term]').getBoundingClientRect();
+    const row = g.getBoundingClientRect();
+    return {gpu: g.dataset.gpu, labelRight: label.right, labelTop: label.top + window.scrollY,
+            labelBottom: label.bottom + window.scrollY, barLeft: first.left,
+            top: row.top + window.scrollY, bottom: row.bottom + window.scrollY};
+  }),
+})"""
+
+
+def check_readable(readable):
+    """The page is no wider than the window (no sideways scrolling), every label ends before
+    its bar starts, and the bars' rows (label and bar) do not overlap one another."""
+    assert readable['scrollWidth'] <= readable['viewport'], readable['scrollWidth']
+    rows = sorted(readable['rows'], key=lambda row: row['top'])
+    for row in rows:
+        assert row['labelRight'] <= row['barLeft'] + 0.5, row
+    for above, below in zip(rows, rows[1:]):
+        assert above['bottom'] <= below['top'] + 0.5, (above, below)
+        assert above['labelBottom'] <= below['labelTop'] + 0.5, (above, below)
+
+
+def open_report(path, screenshot=None, readable=None):
+    """Open ``path`` in Chromium: (measurements, console errors, page errors, requests);
+    ``readable``, a dict, receives MEASURE_READABLE's figures."""
     from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
     url = 'file://' + os.path.abspath(path)
     errors, page_errors, requests = [], [], []
@@ -61,6 +92,8 @@ def open_report(path, screenshot=None):
             page.on('request', lambda request: requests.append(request.url))
             page.goto(url, wait_until='load')
             measured = page.evaluate(MEASURE)
+            if readable is not None:
+                readable.update(page.evaluate(MEASURE_READABLE))
             if screenshot:
                 page.screenshot(path=screenshot, full_page=True)
         finally:
@@ -149,6 +182,39 @@ def test_the_laid_out_check_catches_a_segment_drawn_off_scale(browser_ready, tmp
         check_layout(measured)
 
 
+def test_a_100_node_report_stays_readable_one_bar_per_gpu(browser_ready, tmp_path):
+    """100 nodes (the test fleet's three, repeated under new names: real plans, real ledgers):
+    one bar per GPU, all at the one scale, as wide as the window at most, no label over its
+    bar or over another row."""
+    from plan_report_nodes import many_nodes  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    nodes = many_nodes(100)
+    report = tmp_path / 'fleet-100.html'
+    report.write_text(render_plan_report(nodes), encoding='utf-8')
+    readable = {}
+    measured, errors, page_errors, requests = open_report(str(report), readable=readable)
+    assert [gpu_bar['gpu'] for gpu_bar in measured['bars']] == [
+        '%s:%d' % (node['host'], gpu['index']) for node in nodes for gpu in node['gpus']]
+    check_layout(measured)
+    check_readable(readable)
+    assert errors == [] and page_errors == [] and requests == []
+
+
+def test_the_readable_check_catches_a_label_over_its_bar(browser_ready, tmp_path):
+    """Not vacuous: a label pushed 200 px right runs into its bar and fails the check."""
+    from plan_report_nodes import fleet  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    text = render_plan_report(fleet()[2:]).replace('<text x="0" ', '<text x="200" ', 1)
+    report = tmp_path / 'label-over-bar.html'
+    report.write_text(text, encoding='utf-8')
+    readable = {}
+    open_report(str(report), readable=readable)
+    with pytest.raises(AssertionError):
+        check_readable(readable)
+
+
 def main(argv):
     """Check a report written by playbooks/plan.yml and write its screenshot."""
     if len(argv) != 3:
@@ -157,8 +223,10 @@ def main(argv):
     if shutil.which(CHROMIUM) is None:
         sys.stderr.write('%s missing: apt-get install chromium\n' % CHROMIUM)
         return 1
-    measured, errors, page_errors, requests = open_report(argv[1], screenshot=argv[2])
+    readable = {}
+    measured, errors, page_errors, requests = open_report(argv[1], screenshot=argv[2], readable=readable)
     check_layout(measured)
+    check_readable(readable)
     if errors or page_errors or requests:
         sys.stderr.write('console errors %s, page errors %s, requests %s\n' % (errors, page_errors, requests))
         return 1

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
@@ -81,7 +82,7 @@ def test_builtin_type_table_matches_gguf_package():
 def test_kv_per_layer_matches_llamacpp_8035():
     # 80-layer model, 8 KV heads x 128, n_ctx 8192 f16: 32 MiB per layer;
     # logged CUDA_Host 64 + CUDA0 1472 + CUDA1 1024 MiB for 2 + 46 + 32 layers
-    per_layer = lm.kv_layer_bytes(lm.LayerKV(1024, 1024, False), 8192, 0, 'f16', 'f16')
+    per_layer = lm.kv_layer_bytes(ak.LayerKV(1024, 1024, False), 8192, 0, 'f16', 'f16')
     assert per_layer == 32 * MiB
     assert (2 * per_layer, 46 * per_layer, 32 * per_layer) == (64 * MiB, 1472 * MiB, 1024 * MiB)
 
@@ -91,15 +92,15 @@ def test_kv_per_layer_matches_gpustack_1126_and_parallel_does_not_multiply():
     # --parallel 4 --ctx-size 8192: kv_size = 8192, 640 MiB per layer
     cells = lm.kv_cells(8192, 4, padding=32)
     assert cells == 8192
-    per_layer = lm.kv_layer_bytes(lm.LayerKV(24576, 16384, False), cells, 0, 'f16', 'f16')
+    per_layer = lm.kv_layer_bytes(ak.LayerKV(24576, 16384, False), cells, 0, 'f16', 'f16')
     assert per_layer == 640 * MiB
     assert 19 * per_layer == 12160 * MiB and 6 * per_layer == 3840 * MiB
 
 
 def test_q8_0_kv_is_34_bytes_per_32_values():
     assert lm.kv_value_bytes('q8_0', 32) == 34
-    f16 = lm.kv_layer_bytes(lm.LayerKV(1024, 1024, False), 8192, 0, 'f16', 'f16')
-    q8 = lm.kv_layer_bytes(lm.LayerKV(1024, 1024, False), 8192, 0, 'q8_0', 'q8_0')
+    f16 = lm.kv_layer_bytes(ak.LayerKV(1024, 1024, False), 8192, 0, 'f16', 'f16')
+    q8 = lm.kv_layer_bytes(ak.LayerKV(1024, 1024, False), 8192, 0, 'q8_0', 'q8_0')
     assert q8 * 32 * 2 == f16 * 34
 
 

@@ -1,9 +1,14 @@
 """Input validation and dispatch of serving_plan (the planners are tested on their own)."""
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan
+from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 A6000 = {'index': 0, 'uuid': 'GPU-1', 'name': 'NVIDIA RTX A6000', 'memory_total': 51527024640,
          'memory_used': 0, 'memory_free': 51527024640, 'compute_capability': '8.6'}
 
@@ -71,3 +76,22 @@ def test_module_argument_spec_covers_every_knob_once():
     # The one spec the module and its action plugin both validate with.
     assert set(serving_plan.ALL_KNOBS) <= set(serving_plan.SERVING_PLAN_ARGUMENT_SPEC)
     assert len(serving_plan.ALL_KNOBS) == len(set(serving_plan.ALL_KNOBS))
+
+
+def test_one_list_of_engine_options_documented_specced_and_passed_by_the_playbook():
+    """ENGINE_KNOBS is the list: the module's DOCUMENTATION (kept literal for ansible-test) names
+    each knob with its type and engine, the argument spec has them, and the playbook task passes
+    every one from ``deployment.engine`` and nothing else from it."""
+    options = yaml.safe_load(module.DOCUMENTATION)['options']
+    assert set(options) == set(serving_plan.SERVING_PLAN_ARGUMENT_SPEC)
+    for name, engine, spec in serving_plan.ENGINE_KNOBS:
+        assert serving_plan.SERVING_PLAN_ARGUMENT_SPEC[name] == spec
+        assert options[name]['type'] == spec['type'] and options[name].get('elements') == spec.get('elements')
+        text = ' '.join(options[name]['description']) if isinstance(options[name]['description'], list) \
+            else options[name]['description']
+        assert ('vLLM' if engine == serving_plan.ENGINE_VLLM else 'llama-box / llama.cpp') in text, name
+    with open(os.path.join(REPO, 'playbooks', 'tasks', 'plan_deployments.yml')) as handle:
+        task = [t for t in yaml.safe_load(handle) if 'kvpin.fleet.serving_plan' in t][0]['kvpin.fleet.serving_plan']
+    from_engine = dict((name, value) for name, value in task.items() if 'deployment.engine.' in value)
+    assert from_engine == dict((name, '{{ deployment.engine.%s | default(omit) }}' % name)
+                               for name in serving_plan.ALL_KNOBS)

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
     LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec)
@@ -283,7 +284,7 @@ def test_fp8_halves_kv():
 
 def test_gqa_kv_heads_replicated_beyond_tp():
     spec = llama_70b()
-    assert vm.kv_heads_per_gpu(spec, 16) == 1
+    assert ak.kv_heads_per_gpu(spec, 16) == 1
     assert vm.kv_bytes_per_token(spec, 16, 2) == vm.kv_bytes_per_token(spec, 8, 2) == 80 * 2 * 128 * 2
     weights, terms, _unused = vm.weights_per_gpu(spec, 16)
     # k_proj + v_proj (8192 x 128 each, 80 layers) held whole: (16 - 8) / 16 of it extra

@@ -60,6 +60,26 @@ def test_a_scheduled_plan_gives_its_target_the_profiles_and_the_schedule():
         DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}}])
 
 
+def test_before_planning_a_traffic_classes_deployment_names_its_switch_for_the_probe():
+    """site.yml's probe runs before planning ('pending'): a deployment with traffic_classes may
+    turn out scheduled, so its target names the switch (empty profiles and schedule) for the
+    probe to observe; a single-class deployment does not."""
+    deployments = [dict(DEPLOYMENTS[0], traffic_classes=[{'name': 'chat'}]), DEPLOYMENTS[1]]
+    llama, qwen = DERIVE(deployments, 'http://gs:80', 'key', 'v1', 'node-a', 'native', 'pending')
+    assert llama['profiles'] == {} and llama['profile_schedule'] == []
+    assert 'profiles' not in qwen and 'profile_schedule' not in qwen
+    # Planned, the same deployment gets what its plan says (here: not scheduled, no switch).
+    planned = DERIVE(deployments, 'http://gs:80', 'key', 'v1', 'node-a', 'native',
+                     [{'deployment': {'name': 'llama-3.1-8b'}, 'plan': {'strategy': 'single', 'args': []}}])
+    assert all('profile_schedule' not in target for target in planned)
+
+
+@pytest.mark.parametrize('plans', ['planned', {'deployment': {}}, 3])
+def test_plans_that_are_neither_a_list_nor_pending_are_refused(plans):
+    with pytest.raises(AnsibleFilterError, match="kvpin_watchdog_targets: plans must be kvpin_plans.results"):
+        DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', plans)
+
+
 @pytest.mark.parametrize('plan,message', [
     (dict(SCHEDULED_PLAN, profiles=[{'name': 'chat'}]), r'plan.profiles\[0\] needs a name and an args list'),
     (dict(SCHEDULED_PLAN, schedule=[{'at': '07:00', 'profile': 'weekend'}]), r'plan.schedule\[0\] needs'),
