@@ -43,7 +43,7 @@ DRIFT_NODE = 'lab-mixed'
 SIZES_ENV = 'KVPIN_BENCH_ROLLOUT_SIZES'
 RECAP = re.compile(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', re.M)
 # "<container> PUT /root/.ansible/tmp/... TO /root/.ansible/tmp/ansible-tmp-.../AnsiballZ_<module>.py"
-MODULE_SENT = re.compile(r'^<([^>]+)> PUT \S+ TO \S+/AnsiballZ_\w+\.py$', re.M)
+MODULE_SENT = re.compile(r'^<([^>]+)> PUT \S+ TO \S+/AnsiballZ_(\w+)\.py$', re.M)
 
 
 def sizes_arg(text):
@@ -71,7 +71,8 @@ def run_checked(argv, nodes):
 
 
 def timed_playbook(nodes, playbook):
-    """(seconds, {host: changed}, remote calls per node) of one ansible-playbook -vvv run."""
+    """(seconds, {host: changed}, remote calls per node, {node: Counter(module: calls)}) of one
+    ansible-playbook -vvv run."""
     start = time.perf_counter()
     proc = run_checked([PLAYBOOK, '-vvv', '-i', INVENTORY, playbook], nodes)
     seconds = time.perf_counter() - start
@@ -80,9 +81,12 @@ def timed_playbook(nodes, playbook):
         sys.exit('bench_rollout: %s on %d nodes: a node failed or is missing:\n%s' % (playbook, nodes, proc.stdout[-4000:]))
     changed = {host: int(count) for host, count, _u, _f in recap}
     prefix = os.environ.get('KVPIN_LAB_PREFIX', '')
-    calls = collections.Counter(host for host in MODULE_SENT.findall(proc.stdout) if host.startswith(prefix + 'lab-'))
-    per_node = [calls.get(prefix + host, 0) for host in changed if host.startswith('lab-')]
-    return seconds, changed, per_node
+    by_module = collections.defaultdict(collections.Counter)
+    for host, module in MODULE_SENT.findall(proc.stdout):
+        if host.startswith(prefix + 'lab-'):
+            by_module[host[len(prefix):]][module] += 1
+    per_node = [sum(by_module[host].values()) for host in changed if host.startswith('lab-')]
+    return seconds, changed, per_node, by_module
 
 
 def facts_only_playbook(path):
@@ -121,12 +125,22 @@ def print_rows(results, label):
     for nodes, runs in results.items():
         base = runs['facts-only'][0]
         for name in ('facts-only', 'cold', 'rerun', 'one node off'):
-            seconds, changed, per_node = runs[name]
+            seconds, changed, per_node = runs[name][:3]
             rows.append(('%d nodes: %s' % (nodes, name), '%.1f' % seconds, '%.2f' % (seconds / base),
                          calls_text(per_node), changed_text(changed) if name != 'facts-only' else '-'))
     print_table('site.yml on the lab, %s (seconds; x = ratio to the same size\'s facts-only play; '
                 'calls = modules sent per node)' % label,
                 ('run', 'seconds', 'x facts', 'calls/node', 'changed per node'), rows)
+
+
+def modules_text(by_module):
+    """One line per distinct call list: '<nodes>: N calls = module xK, ...' (the cold rollout's
+    round trips, by module, where they are)."""
+    lines = collections.defaultdict(list)
+    for node, counter in sorted(by_module.items()):
+        key = ', '.join('%s x%d' % (m, c) if c > 1 else m for m, c in sorted(counter.items(), key=lambda i: (-i[1], i[0])))
+        lines[(sum(counter.values()), key)].append(node)
+    return '\n'.join('  %s: %d calls = %s' % (', '.join(names), total, key) for (total, key), names in sorted(lines.items()))
 
 
 def main():
@@ -150,6 +164,8 @@ def main():
         if was_up:
             run_checked(lab('up'), 4)
     print_rows(results, 'all sizes')
+    for nodes, runs in results.items():
+        print('\ncold rollout, %d nodes: remote calls per node by module (-vvv)\n%s' % (nodes, modules_text(runs['cold'][3])))
     for nodes, runs in results.items():
         print('\nlab memory and CPU after the cold rollout, %d nodes (scripts/lab.sh stats)\n%s' % (nodes, runs['stats']))
     if len(results) > 1:
