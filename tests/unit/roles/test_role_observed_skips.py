@@ -29,10 +29,11 @@ def drift(check, observation):
 
 def decisions(tmp_path, var_name, expression, cases, fixed):
     """{case: bool} of ``expression`` (as var_name) for each case's extra vars."""
-    tasks = [{'name': 'case %s' % case, 'ansible.builtin.set_fact': {'_seen': "{{ _seen | default({}) | combine({'%s': %s | bool}) }}" % (case, var_name)},
+    record = "{{ _seen | default({}) | combine({'%s': %s | bool}) }}"
+    tasks = [{'name': 'case %s' % case, 'ansible.builtin.set_fact': {'_seen': record % (case, var_name)},
               'vars': dict(fixed, **case_vars)} for case, case_vars in cases.items()]
-    tasks.append({'name': 'keep', 'ansible.builtin.copy': {'content': '{{ _seen | to_json }}',
-                                                          'dest': str(tmp_path / 'seen.json'), 'mode': '0600'}})
+    keep = {'content': '{{ _seen | to_json }}', 'dest': str(tmp_path / 'seen.json'), 'mode': '0600'}
+    tasks.append({'name': 'keep', 'ansible.builtin.copy': keep})
     proc = run_tasks_on_localhost(tmp_path, tasks, play_vars={var_name: expression})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     return json.loads((tmp_path / 'seen.json').read_text())
@@ -55,9 +56,10 @@ def test_the_worker_stops_the_other_runtime_only_where_the_probe_saw_it_enabled_
         'stopped_disabled': unit('gpustack.service'),
         'not_installed': unit('gpustack.service', load='not-found', file_state=''),
     }
-    cases = {case: {'_gpustack_worker_state': {'drift': drift(check, {'units': {'gpustack-worker.service': ours,
-                                                                                 'gpustack.service': other}})}}
-             for case, other in observed.items()}
+    cases = {}
+    for case, other in observed.items():
+        units = {'gpustack-worker.service': ours, 'gpustack.service': other}
+        cases[case] = {'_gpustack_worker_state': {'drift': drift(check, {'units': units})}}
     # Our own unit's drift (a cold node) is there in every case and must not count.
     assert all(any(line.startswith('gpustack-worker.service: ') for line in c['_gpustack_worker_state']['drift'])
                for c in cases.values())
