@@ -4,8 +4,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # The whole test suite, as CI runs it (.ci/run) on a fresh machine, as root, with no input:
-#   bootstrap -> unit (pytest) -> ansible-lint -> ansible-test sanity -> molecule (lab fleet)
-#   -> benchmarks -> integration (pytest, lab fleet)
+#   bootstrap -> unit (pytest) -> ansible-lint -> ansible-test sanity -> benchmarks
+#   -> molecule (lab fleet) -> integration (pytest, lab fleet)
 # Every step runs even when an earlier one failed (except bootstrap), so one run shows every
 # failure; the exit status is non-zero when any step failed. Timing per step at the end, then a
 # final "N passed, M failed" line over the steps.
@@ -15,7 +15,7 @@ set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO" || exit 2
 VENV_BIN="$REPO/.venv/bin"
-ALL_STEPS=(unit lint sanity molecule bench integration)
+ALL_STEPS=(unit lint sanity bench molecule integration)
 read -r -a STEPS <<<"${KVPIN_TEST_STEPS:-${ALL_STEPS[*]}}"
 
 declare -a RESULT_NAMES=() RESULT_RCS=() RESULT_SECONDS=()
@@ -69,7 +69,15 @@ step_sanity() {
 
 # The lab scenario. Other scenarios (hardware_change, bad_node) run from their own pytest
 # wrappers in tests/integration, so they are not repeated here.
-step_molecule() { PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" test -s default; }
+# When the integration step follows, the scenario leaves its converged fleet up (--destroy=never)
+# for the integration suite, whose first module would otherwise roll out cold onto fresh
+# containers again; main() takes the fleet down once the last step is done.
+LAB_LEFT_UP=0
+step_molecule() {
+    local destroy=always
+    if [[ " ${STEPS[*]} " == *" integration "* ]]; then destroy=never; LAB_LEFT_UP=1; fi
+    PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" test -s default --destroy="$destroy"
+}
 
 step_bench() {
     local bench rc=0
@@ -94,6 +102,10 @@ main() {
         declare -F "step_$step" >/dev/null || { echo "test.sh: unknown step '$step' (steps: ${ALL_STEPS[*]})" >&2; exit 2; }
         run_step "$step" "step_$step"
     done
+    if ((LAB_LEFT_UP)); then
+        banner "lab down (left up by the molecule step for the integration step)"
+        bash "$REPO/scripts/lab.sh" down || true
+    fi
     banner "timing"
     printf '%-12s %-8s %8s\n' step result seconds
     for i in "${!RESULT_NAMES[@]}"; do

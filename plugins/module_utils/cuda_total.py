@@ -84,8 +84,8 @@ class CardGap:
     source_rows: tuple = ()
 
 
-# RTX 3090: the largest sourced 24 GB-class gap; the derived rows below are built on it.
-_RTX3090_GAP = _gap_from_log(24576, 2358)
+# RTX 3090: the largest sourced 24 GB-class gap (the smallest CUDA total logged); the derived rows below are built on it.
+_RTX3090_GAP = _gap_from_log(24576, 2354)
 # Derived rows for GA102/24 GB-class cards without a public pair: the RTX 3090 gap rounded up.
 _DERIVED_24GB_GAP = 512 * MiB
 # A10 (23028 MiB): 21.99 GiB in torch, the largest sourced gap (515 MiB); the A10G shares it.
@@ -98,7 +98,11 @@ CARD_GAPS = (
         '(https://github.com/noonghunna/club-3090/issues/390); vLLM TP=16 on a 16 x RTX 3090 rig '
         '(https://github.com/ikawrakow/ik_llama.cpp/issues/263): "the current vLLM instance can use '
         'total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB" '
-        '(https://github.com/vllm-project/vllm/pull/14447)'),
+        '(https://github.com/vllm-project/vllm/pull/14447); the smallest total seen, the gap kept: vLLM 0.17.1 '
+        'on an RTX 3090, torch "GPU 0 has a total capacity of 23.54 GiB" '
+        '(https://github.com/TheBuccaneer/vllm-offload-profiles/blob/547be9005dd6483d21e15e32416ffab96d1a2e63/'
+        'data/provenance/gpu_memory_configuration/fixd_llama_gmem090_offload0_failed.log)',
+        ('buccaneer-rtx3090-llama-3.1-8b-tp1-u090-fixd-fail',)),
     CardGap(
         'RTX 4090', ('4090',), 24564, 24564 * MiB - 25250627584, False,
         'torch.cuda total 25250627584 B (23.52 GiB) in a vLLM 0.19.0 run record on an RTX 4090 '
@@ -114,7 +118,7 @@ CARD_GAPS = (
         'RTX A6000', ('a6000',), 49140, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: nvidia-smi "67MiB / 49140MiB" '
         '(https://nvlabs.github.io/sionna/phy/tutorials/Discover_Sionna.html); gap = the RTX 3090 '
-        'gap (same GA102 die and driver, 435 MiB) rounded up to 512 MiB. Bounded above by an '
+        'gap (same GA102 die and driver, 476 MiB) rounded up to 512 MiB. Bounded above by an '
         'observation: the field report\'s all-80-layer llama-box deployment of a 70B Q4 model LOADED '
         'on a 48 GB A6000 before dying on long prompts, which with this planner\'s load-time terms '
         'needs a gap <= ~546 MiB (tests/unit/plugins/module_utils/test_llamacpp_memory.py). The 48 GB '
@@ -123,7 +127,8 @@ CARD_GAPS = (
     CardGap(
         'RTX A5000', ('a5000',), 24564, _DERIVED_24GB_GAP, True,
         'DERIVED, no public NVML/CUDA pair found: GA102 24 GB like the RTX 3090; gap = the RTX 3090 '
-        'gap (435 MiB, the largest sourced 24 GB-class gap, https://github.com/vllm-project/vllm/pull/14447) '
+        'gap (476 MiB, the largest sourced 24 GB-class gap: https://github.com/TheBuccaneer/vllm-offload-profiles/blob/'
+        '547be9005dd6483d21e15e32416ffab96d1a2e63/data/provenance/gpu_memory_configuration/fixd_llama_gmem090_offload0_failed.log) '
         'rounded up to 512 MiB'),
     CardGap(
         'A100 80GB', ('a100', '80gb'), 81920, _gap_from_log(81920, 7914), False,

@@ -45,6 +45,7 @@ ENGINE_KNOBS = (
     ('cudagraph_memory_estimate', ENGINE_VLLM, dict(type='bool')),
     ('pipeline_parallel_size', ENGINE_VLLM, dict(type='int')),
     ('pp_layer_partition', ENGINE_VLLM, dict(type='raw')),
+    ('vllm_sampler', ENGINE_VLLM, dict(type='str', choices=['flashinfer', 'pytorch'])),
     ('gpu_layers', ENGINE_LLAMA, dict(type='int')),
     ('ctx_size', ENGINE_LLAMA, dict(type='int')),
     ('parallel', ENGINE_LLAMA, dict(type='int')),

@@ -94,6 +94,10 @@ NVLINK_CLASS_NAME_HINTS = ('sxm', 'hbm', 'h100', 'h200', 'h800', 'h20', 'b200', 
 SAMPLER_FP32_LOGITS_BYTES = 4
 SAMPLER_SORT_BYTES = 4 + 8 + 8 + 4 + 8
 SAMPLER_NO_SORT_BYTES = 4 + 4
+# 'flashinfer' (knob vllm_sampler, vllm_profile.sampler_path): top_k_top_p_sampling_from_logits keeps
+# the fp32 top_k_mask_logits output and its softmax probs, 4 + 4 B, and sorts nothing (flashinfer
+# sampling.py; vLLM v1/sample/ops/topk_topp_sampler.py flashinfer_sample). Shapes, not fitted.
+SAMPLER_FLASHINFER_BYTES = 4 + 4
 SAMPLER_TRITON_BUFFER_ROWS = 192          # >= the SM count of every supported card (H100 SXM: 132)
 SAMPLER_SORT_RESIDUAL_X100 = 19           # fitted, B per logit x 100 (38.19 - 38.00)
 ACTIVATION_SOURCE_ROWS = (_LLMD_GPT_OSS_20B, _LLMD_GPT_OSS_120B, _LLMD_LLAMA70B_FP8_TP2, _LLMD_LLAMA8B,
@@ -111,7 +115,8 @@ HIDDEN_STATE_ROW_COPIES = 2
 # 0.27/0.28 log ~50 % less KV than the plan (issue 12). The likeliest home is the CUDA-graph
 # estimate charged since 0.20 (logs print 12-23 MiB per captured graph, PIECEWISE + FULL), not the
 # sampler. Until that is modelled the plan keeps charging what the sort path would hold: the
-# difference is the named term activation_unexplained_reserve (0 before 0.17).
+# difference is the named term activation_unexplained_reserve (0 before
+# vllm_profile.NO_SORT_ERA_RESERVE_SINCE, 0.18: the 0.17.1 logs need none).
 NO_SORT_ERA_RESERVE = True
 # Forward pass of the profile run (what dominates when max_num_seqs is small or chunked
 # prefill is off): residual + hidden + two norm outputs, and the FFN gate/up (2 x ffn) +
@@ -195,7 +200,8 @@ MAX_NUM_SEQS_LIMIT = 100000
 MAX_NUM_BATCHED_TOKENS_LIMIT = 4 * 1024 * 1024
 KNOWN_KNOBS = ('tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
                'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
-               'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate')
+               'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate',
+               'vllm_sampler')
 FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.7) or llama.cpp '
                  '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)'
                  ', or vLLM pipeline parallelism, one stage per GPU kind (pipeline_parallel_size)')
@@ -382,36 +388,40 @@ def ffn_width(spec):
     return spec.moe_intermediate_size * max(1, spec.num_experts_per_tok)
 
 
-def sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version=None):
+def sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version=None, sampler=None):
     """(named bytes, path): the sampler warm-up of the profile run, term by term (see
-    SAMPLER_FP32_LOGITS_BYTES above for the vLLM source of each)."""
+    SAMPLER_FP32_LOGITS_BYTES above for the vLLM source of each); ``sampler`` is the checked
+    vllm_sampler knob (None: unset, the sort path where the version sorts)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
     logits = rows * spec.vocab_size
-    path = prof.sampler_path(version, rows)
+    path = prof.sampler_path(version, rows, sampler)
     terms = {'logits_model_dtype': logits * spec.dtype_bytes,
              'logits_fp32': logits * SAMPLER_FP32_LOGITS_BYTES}
     if path == 'sort':
         terms['sort_values_indices_scratch'] = logits * SAMPLER_SORT_BYTES
         terms['fitted_sort_residual'] = logits * SAMPLER_SORT_RESIDUAL_X100 // 100
+    elif path == 'flashinfer':
+        terms['flashinfer_masked_logits_probs'] = logits * SAMPLER_FLASHINFER_BYTES
     else:
         terms['mask_probs_noise'] = logits * SAMPLER_NO_SORT_BYTES
         terms['triton_row_buffer'] = min(rows, SAMPLER_TRITON_BUFFER_ROWS) * spec.vocab_size * 4
     return terms, path
 
 
-def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None):
+def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None, sampler=None):
     """(bytes, terms, explain): the profile run's torch peak above the weights.
 
-    ``version`` (a vllm_profile.VllmVersion) picks the sampler path; None plans the sort path,
-    the larger one."""
+    ``version`` (a vllm_profile.VllmVersion) and ``sampler`` (the checked vllm_sampler knob) pick
+    the sampler path; None plans the sort path, the larger one."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version)
+    parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version, sampler)
     sampler = sum(parts.values())
     hidden_states = (max_num_batched_tokens + HIDDEN_STATE_ROW_COPIES * rows) * spec.hidden_size * spec.dtype_bytes
     forward = max_num_batched_tokens * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
     reserve = 0
-    if path == 'no_sort' and NO_SORT_ERA_RESERVE:
+    if path == 'no_sort' and NO_SORT_ERA_RESERVE and version is not None \
+            and version.at_least(prof.NO_SORT_ERA_RESERVE_SINCE):
         sort_parts, _sort_path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, None)
         reserve = max(0, sum(sort_parts.values()) - sampler)
     sampler_phase = sampler + hidden_states + reserve
@@ -422,8 +432,10 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     guard = ''
     if reserve:
         guard = ('; + unexplained reserve %s (policy guard, not physics: the sort path\'s bytes are '
-                 'kept from 0.17 until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
-                 'explained)' % _gib(reserve))
+                 'kept from %s until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
+                 'explained; it starts at %s)' % (
+                     _gib(reserve), prof.version_tuple_text(prof.NO_SORT_ERA_RESERVE_SINCE),
+                     prof.NO_SORT_ERA_RESERVE_START.describe()))
     explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
                'rows x vocab %d: %s (shapes from gpu_model_runner._dummy_sampler_run, sampler.py, '
@@ -638,7 +650,7 @@ class _Context:
         estimate = knobs.get('cudagraph_memory_estimate')
         if estimate is not None and self.acct.cuda_graphs == prof.GRAPHS_OUTSIDE:
             raise PlanInputError('cudagraph_memory_estimate', 'needs vLLM >= %s (%s), got %s' % (
-                '.'.join(str(p) for p in prof.CUDAGRAPH_ESTIMATE_SINCE), prof.CUDAGRAPH_ESTIMATE_ENV, version))
+                prof.version_tuple_text(prof.CUDAGRAPH_ESTIMATE_SINCE), prof.CUDAGRAPH_ESTIMATE_ENV, version))
         if self.acct.cuda_graphs == prof.GRAPHS_INSIDE:
             self.graphs_inside = estimate is not False
         elif self.acct.cuda_graphs == prof.GRAPHS_OPT_IN:
@@ -815,7 +827,7 @@ def _kv_row(ctx, setup, gpu, cuda, ms, cold_margin):
     spec, acct, tp, mnbt = ctx.spec, ctx.acct, setup.tp, setup.max_num_batched_tokens
     total = cuda.cuda_total
     nccl = nccl_buffer_bytes(tp, gpu.get('name'))
-    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, ctx.version)
+    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, ctx.version, ctx.knobs.get('vllm_sampler'))
     graph, g_terms, g_explain = _graph_for(ctx, tp, setup.gpus, mnbt, ms)
     inside_nt = setup.non_torch_growth + setup.tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
         CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
@@ -1006,7 +1018,7 @@ def engine_spec(spec, version):
     if unmodelled:
         raise PlanInputError('model', '%s uses %s; its KV layout on the V0 engine (vLLM %s) is '
                              'not modelled: use vLLM %s or later (the V1 engine)' % (
-                                 spec.name, unmodelled[0].label, version, '.'.join(str(p) for p in prof.V1_ENGINE_SINCE)))
+                                 spec.name, unmodelled[0].label, version, prof.version_tuple_text(prof.V1_ENGINE_SINCE)))
     v0_kinds = [kind_of(k).v0_kind for k in spec.layer_kinds]
     if v0_kinds == spec.layer_kinds:
         return spec
@@ -1118,6 +1130,8 @@ def _checked_knobs(knobs, spec, version):
             raise PlanInputError(name, 'needs %s, got vLLM %s' % (prof.flag_span('kv_cache_memory_bytes'), version))
     if 'kv_cache_dtype' in knobs:
         prof.kv_cache_dtype_bytes(knobs['kv_cache_dtype'], version, spec.dtype_bytes)
+    if 'vllm_sampler' in knobs:
+        knobs['vllm_sampler'] = prof.check_sampler(knobs['vllm_sampler'], version)
     return knobs
 
 
@@ -1287,7 +1301,45 @@ def _engine_args(ctx, ev, max_model_len):
         settings['environment'] = {prof.CUDAGRAPH_ESTIMATE_ENV: ctx.estimate_env}
         rules.append('%s=%s set in the engine environment (knob cudagraph_memory_estimate)' % (
             prof.CUDAGRAPH_ESTIMATE_ENV, ctx.estimate_env))
+    sampler = knobs.get('vllm_sampler')
+    for name, value in sorted(prof.sampler_env(sampler, version).items()):
+        settings.setdefault('environment', {})[name] = value
+        rules.append('%s=%s set in the engine environment (knob vllm_sampler: %s)' % (name, value, sampler))
+    if version.at_least(prof.V1_ENGINE_SINCE):
+        reasons['vllm_sampler'] = sampler_reason(ctx, ev)
     return args, settings, reasons, rules
+
+
+def sampler_reason(ctx, ev):
+    """Which top-k/top-p path the plan charged for the profile run's sampler warm-up, and why."""
+    version, sampler = ctx.version, ctx.knobs.get('vllm_sampler')
+    rows = min(ev.max_num_seqs, ev.max_num_batched_tokens)
+    path = prof.sampler_path(version, rows, sampler)
+    charged = ev.memory[0].terms.get('activation_sampler_warmup', 0)
+    if path == 'no_sort':
+        return ('vLLM %s: the warm-up sorts on neither path (%d rows >= %d: Triton or FlashInfer top-k/top-p); '
+                'charged %s%s' % (version, rows, prof.SAMPLER_TRITON_MIN_BATCH, _gib(charged),
+                                  '' if sampler is None else ', the same for vllm_sampler %s' % sampler))
+    if path == 'flashinfer':
+        return ('set by the user (flashinfer): the image runs FlashInfer top-k/top-p (%s=1 in the engine '
+                'environment); charged its warm-up, %s (fp32 masked logits + probs, no sort). An image '
+                'without flashinfer %s' % (
+                    prof.FLASHINFER_SAMPLER_ENV, _gib(charged),
+                    'falls back to the sort path and uses more than this' if not version.at_least(
+                        prof.FLASHINFER_SAMPLER_OPT_IN_SINCE) else 'fails at the warm-up'))
+    if sampler == prof.SAMPLER_PYTORCH:
+        return ('set by the user (pytorch): %s the PyTorch sort path%s; charged its warm-up, %s' % (
+            ('%s=0 pins' % prof.FLASHINFER_SAMPLER_ENV) if version.at_least(prof.FLASHINFER_SAMPLER_SINCE)
+            else 'vLLM %s runs' % version,
+            '' if not version.at_least(prof.FLASHINFER_SAMPLER_SINCE) else ' (full-vocab logits.sort)',
+            _gib(charged)))
+    return ('not set: charged the PyTorch sort path\'s warm-up, %s (full-vocab logits.sort), the larger '
+            'of the two; the plan cannot see whether the image ships FlashInfer (%s), so the safe side is '
+            'the path that needs more. Set vllm_sampler: flashinfer when the engine log prints "Using '
+            'FlashInfer for top-p & top-k sampling." (more KV), pytorch to pin the sort path' % (
+                _gib(charged), 'taken by default when installed in 0.9.1 - 0.11.x' if version.in_range(
+                    prof.FLASHINFER_SAMPLER_SINCE, prof.FLASHINFER_SAMPLER_OPT_IN_SINCE)
+                else 'opt-in with %s=1 from 0.12' % prof.FLASHINFER_SAMPLER_ENV))
 
 
 def kv_pin_reason(ctx, ev):

@@ -217,7 +217,8 @@ def _stage(setup, s, start, end, ms, util):
     w_embed = setup.embedding if first else 0
     w_head = (setup.lm_head + setup.norm) if last else 0
     weights = layer_bytes + w_embed + w_head
-    peak, a_terms, _a_explain = vm.activation_peak(spec, tp, ms, setup.mnbt, setup.version)
+    peak, a_terms, _a_explain = vm.activation_peak(spec, tp, ms, setup.mnbt, setup.version,
+                                                   setup.knobs.get('vllm_sampler'))
     intermediate = 0 if first else INTERMEDIATE_TENSORS * setup.mnbt * spec.hidden_size * spec.dtype_bytes
     if last:
         sampler, hidden = a_terms['activation_sampler_warmup'], a_terms['activation_hidden_states']
@@ -369,7 +370,7 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         raise PlanInputError('pipeline_parallel_size', 'vLLM %s runs `--pipeline-parallel-size` on the '
                              'V0 engine (the V1 engine takes it with the default executor from %s), '
                              'which this planner does not model' % (
-                                 version, '.'.join(str(p) for p in prof.PIPELINE_V1_SINCE)))
+                                 version, prof.version_tuple_text(prof.PIPELINE_V1_SINCE)))
     vm._check_spec(spec)
     vm._check_traffic(traffic)
     if not gpus:
@@ -656,6 +657,11 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                                   'is the NVML index order this plan uses' % (
                                       prof.CUDA_DEVICE_ORDER_ENV, prof.CUDA_DEVICE_ORDER_PCI,
                                       setup.stages[0][0].get('name', 'first')))
+    sampler = knobs.get('vllm_sampler')
+    environment.update(prof.sampler_env(sampler, setup.version))
+    if sampler is not None:
+        reasons['vllm_sampler'] = ('set by the user (%s): each stage charges that path\'s sampler warm-up%s' % (
+            sampler, ''.join(' (%s=%s)' % item for item in sorted(prof.sampler_env(sampler, setup.version).items()))))
     if environment:
         settings['environment'] = environment
     rules = list(setup.acct.rules) + [
@@ -723,7 +729,7 @@ def offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, us
     from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
     from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as lprof
     gpus = [gpu for stage in setup.stages for gpu in stage]
-    version = 'v%s' % '.'.join(str(p) for p in lprof.LLAMA_BOX_KNOWN_NEWEST)
+    version = 'v%s' % prof.version_tuple_text(lprof.LLAMA_BOX_KNOWN_NEWEST)
     quantization, why = comparison_quantization(spec)
     vllm_side = {'backend': 'vllm', 'partition': partition, 'kv_tokens': kv_tokens,
                  'gpus': [gpu.get('index', 0) for gpu in gpus],

@@ -103,7 +103,8 @@ def version_warnings(version):
                 version, NEWEST_READ_TEXT, NEWEST_READ_TEXT)]
 
 
-def _vtext(bound):
+def version_tuple_text(bound):
+    """'0.9.1' for (0, 9, 1): a release bound of the tables here, as messages print it."""
     return '.'.join(str(p) for p in bound)
 
 
@@ -122,11 +123,11 @@ class FlagRule:
 
     def span(self):
         if self.since and self.until:
-            return '>= %s and < %s' % (_vtext(self.since), _vtext(self.until))
+            return '>= %s and < %s' % (version_tuple_text(self.since), version_tuple_text(self.until))
         if self.since:
-            return '>= %s' % _vtext(self.since)
+            return '>= %s' % version_tuple_text(self.since)
         if self.until:
-            return '< %s' % _vtext(self.until)
+            return '< %s' % version_tuple_text(self.until)
         return 'all supported versions'
 
     def describe(self):
@@ -234,7 +235,7 @@ def kv_cache_dtype_bytes(dtype, version, model_dtype_bytes):
             dtype, why, ', '.join(kv_cache_dtype_choices(version))))
     if rule.since is not None and not version.at_least(rule.since):
         raise PlanInputError('kv_cache_dtype', '%r needs vLLM >= %s (got %s); choices there: %s' % (
-            dtype, _vtext(rule.since), version, ', '.join(kv_cache_dtype_choices(version))))
+            dtype, version_tuple_text(rule.since), version, ', '.join(kv_cache_dtype_choices(version))))
     return model_dtype_bytes if rule.bytes_per_element is None else rule.bytes_per_element
 
 
@@ -473,7 +474,6 @@ MXFP4_PAD_SOURCE_ROWS = ('llmd-h100-gpt-oss-20b-tp1', 'llmd-h100-gpt-oss-120b-tp
 MXFP4_EXPERT_PAD = Fitted(
     'vllm_profile.MXFP4_EXPERT_PAD_MULTIPLE', MXFP4_EXPERT_PAD_MULTIPLE, '{}-wide expert padding',
     'the gpt-oss-20b and gpt-oss-120b weights loaded on H100, llm-d', MXFP4_PAD_SOURCE_ROWS)
-FITTED_SOURCE_ROWS = source_rows_of(MXFP4_EXPERT_PAD)
 
 
 def mxfp4_expert_padding(expert_bytes, expert_width):
@@ -599,13 +599,77 @@ def pipeline_supported(version):
 # than what is possible during actual execution") and which keeps output_bin_counts, a
 # [max_num_seqs, vocab] int32 tensor, for the whole run (v1/worker/gpu/sample/penalties.py).
 SAMPLER_NO_SORT_SINCE = (0, 17, 0)
+# From this release vllm_memory charges activation_unexplained_reserve (the policy guard
+# NO_SORT_ERA_RESERVE there) on the no-sort path. Not from 0.17.0: ten RTX 3090 runs of 0.17.1
+# (TheBuccaneer/vllm-offload-profiles, Llama-3.1-8B and Qwen2.5-7B at util 0.60-0.90) log
+# 0.06-0.14 GiB MORE KV than the no-sort shapes alone predict, i.e. nothing unexplained there;
+# the unexplained memory is first logged by 0.19.0 (gpt-oss-20b on an A100); 0.18.x has no log,
+# so it keeps the guard (the side that does not crash).
+NO_SORT_ERA_RESERVE_SINCE_MINOR = 18
+NO_SORT_ERA_RESERVE_SINCE = (0, NO_SORT_ERA_RESERVE_SINCE_MINOR, 0)
+NO_SORT_ERA_RESERVE_START = Fitted(
+    'vllm_profile.NO_SORT_ERA_RESERVE_SINCE_MINOR', NO_SORT_ERA_RESERVE_SINCE_MINOR, 'vLLM 0.{}',
+    'ten vLLM 0.17.1 RTX 3090 runs that need no reserve (the first release it applies from)',
+    ('buccaneer-rtx3090-llama-3.1-8b-tp1-u090', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u090',
+     'buccaneer-rtx3090-llama-3.1-8b-tp1-u090-fixd-fail', 'buccaneer-rtx3090-llama-3.1-8b-tp1-u086',
+     'buccaneer-rtx3090-qwen2.5-7b-tp1-u086', 'buccaneer-rtx3090-llama-3.1-8b-tp1-u075',
+     'buccaneer-rtx3090-llama-3.1-8b-tp1-u070-fail', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u065',
+     'buccaneer-rtx3090-qwen2.5-7b-tp1-u065-fail', 'buccaneer-rtx3090-qwen2.5-7b-tp1-u060-fail'))
 SAMPLER_TRITON_MIN_BATCH = 8
+# The serving_plan knob vllm_sampler: which top-k/top-p sampler the operator knows the engine
+# runs. The plan cannot see whether the image ships FlashInfer (an optional extra of the wheels,
+# in the docker images), so unset it charges the PyTorch sort path, the larger warm-up.
+#   'flashinfer': TopKTopPSampler.forward_cuda -> flashinfer_sample: with both filters on (the
+#     warm-up's) flashinfer.sampling.top_k_top_p_sampling_from_logits, top_k_mask_logits (fp32
+#     masked logits) then softmax (fp32 probs), no sort. 0.9.1 - 0.11.x take it when flashinfer
+#     (>= 0.2.3) imports and VLLM_USE_FLASHINFER_SAMPLER is not 0 ("envs.VLLM_USE_FLASHINFER_SAMPLER
+#     is not False ... in V1, None means True"); 0.12.0 on only with VLLM_USE_FLASHINFER_SAMPLER=1
+#     ("Users must opt in explicitly via VLLM_USE_FLASHINFER_SAMPLER=1"). The plan sets it to 1.
+#     The variable cannot make an image without flashinfer take it: 0.9.1 - 0.11.x then fall back
+#     to the sort path without an error, so the knob is the operator's statement about the image
+#     (its engine log prints "Using FlashInfer for top-p & top-k sampling."), not something the
+#     plan can check -- which is why unset charges the sort path.
+#   'pytorch': forward_native; the plan sets VLLM_USE_FLASHINFER_SAMPLER=0 so that an image with
+#     flashinfer takes it too (0.9.1 - 0.11.x would otherwise take FlashInfer).
+# From 0.17 (batches >= SAMPLER_TRITON_MIN_BATCH) neither path sorts: the charge does not change.
+# Before 0.9.1 the warm-up is not read here: 'flashinfer' is refused there.
+SAMPLER_KNOB = 'vllm_sampler'
+SAMPLER_PYTORCH = 'pytorch'
+SAMPLER_FLASHINFER = 'flashinfer'
+SAMPLER_CHOICES = (SAMPLER_PYTORCH, SAMPLER_FLASHINFER)
+FLASHINFER_SAMPLER_ENV = 'VLLM_USE_FLASHINFER_SAMPLER'
+FLASHINFER_SAMPLER_SINCE = (0, 9, 1)
+FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 12, 0)
 
 
-def sampler_path(version, batch):
-    """'sort' or 'no_sort': the top-k/top-p path of the profile run's sampler warm-up."""
+def check_sampler(value, version):
+    """The vllm_sampler knob, checked: None (unset), 'pytorch' or 'flashinfer'; else
+    PlanInputError('vllm_sampler', ...)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in SAMPLER_CHOICES:
+        raise PlanInputError(SAMPLER_KNOB, 'must be one of %s, got %r' % (', '.join(SAMPLER_CHOICES), value))
+    if value == SAMPLER_FLASHINFER and not version.at_least(FLASHINFER_SAMPLER_SINCE):
+        raise PlanInputError(SAMPLER_KNOB, '%s is modelled from vLLM %s (the V1 sampler warm-up read '
+                             'there), got %s; leave it unset' % (
+                                 value, version_tuple_text(FLASHINFER_SAMPLER_SINCE), version))
+    return value
+
+
+def sampler_env(value, version):
+    """{VLLM_USE_FLASHINFER_SAMPLER: '1' | '0'} for a set knob on a V1 release that reads it, else {}."""
+    if value is None or not version.at_least(FLASHINFER_SAMPLER_SINCE):
+        return {}
+    return {FLASHINFER_SAMPLER_ENV: '1' if value == SAMPLER_FLASHINFER else '0'}
+
+
+def sampler_path(version, batch, sampler=None):
+    """'sort', 'flashinfer' or 'no_sort': the top-k/top-p path of the profile run's sampler
+    warm-up; ``sampler`` is the checked vllm_sampler knob (None: unset, the sort path)."""
     if version is not None and version.at_least(SAMPLER_NO_SORT_SINCE) and batch >= SAMPLER_TRITON_MIN_BATCH:
         return 'no_sort'
+    if sampler == SAMPLER_FLASHINFER and version is not None and version.at_least(FLASHINFER_SAMPLER_SINCE):
+        return 'flashinfer'
     return 'sort'
 
 
@@ -653,3 +717,7 @@ def mxfp4_marlin_expert_padding(expert_bytes, hidden_size, intermediate_size, tp
     i_pad = -(-per_rank // MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
     rank_bytes = expert_bytes // tp
     return rank_bytes * h_pad * i_pad // (hidden_size * per_rank) - rank_bytes
+
+
+# Below NO_SORT_ERA_RESERVE_START, which is defined after MXFP4_EXPERT_PAD.
+FITTED_SOURCE_ROWS = source_rows_of(MXFP4_EXPERT_PAD, NO_SORT_ERA_RESERVE_START)

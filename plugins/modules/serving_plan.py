@@ -198,6 +198,20 @@ options:
       - Left unset, the planner uses vLLM's own split on GPUs of one kind and a balanced uneven
         one across kinds; an uneven partition is returned in C(plan.settings.environment).
     type: raw
+  vllm_sampler:
+    description:
+      - The top-k/top-p sampler the vLLM engine of this image runs; it sizes the sampler warm-up of
+        vLLM's profile run (O(max_num_seqs) rows x the vocabulary), which is charged to the budget.
+      - Unset, the plan charges the PyTorch sort path (a full-vocabulary C(logits.sort)), the larger one, because it cannot
+        see whether the image ships FlashInfer; C(plan.reasons.vllm_sampler) says which path was charged.
+      - V(flashinfer) - the image has FlashInfer and its engine log prints C(Using FlashInfer for top-p & top-k sampling.);
+        the plan charges FlashInfer's warm-up (masked logits and probabilities, no sort, so less memory and more KV) and
+        sets C(VLLM_USE_FLASHINFER_SAMPLER=1) (required from vLLM 0.12; 0.9.1 to 0.11 take FlashInfer by default
+        when it is installed and fall back to the sort path without an error when it is not). vLLM 0.9.1 and later.
+      - V(pytorch) - charge the sort path and set C(VLLM_USE_FLASHINFER_SAMPLER=0), so that the engine runs it.
+      - From vLLM 0.17 the warm-up sorts on neither path; the charge does not change.
+    type: str
+    choices: [flashinfer, pytorch]
   gpu_layers:
     description: llama-box / llama.cpp layers resident on GPU (C(-ngl)).
     type: int

@@ -7,13 +7,17 @@ test_gpustack_worker_container.py. TEST-ONLY; the artefacts are in tests/lab/gpu
 - The node: a systemd container from the lab's base image, like the fleet's nodes, but
   ``--privileged --cgroupns=private`` so that a container engine runs inside it (on this cgroup v1
   host a shared cgroup namespace makes runc compute nested cgroup paths outside the node's own,
-  "stat /sys/fs/docker/<id>: no such file or directory"). Docker 20.10 from Debian 12 inside it
-  (vfs storage driver), from .deb files downloaded on the host (``apt-get download``); podman is
-  4.3.1 on Debian 12, older than the 4.9 GPUStack's podman deployer needs, which the role refuses.
-- The worker image: built offline on the host (podman build, pip --no-index from a wheelhouse that
-  ``pip download gpustack==2.3.0`` filled), then ``docker load``-ed into the node.
-- The GPUs: the node's NVML stub library and fixture (tests/nvml_stub) are on the node; docker has
-  no ``nvidia`` runtime (what the role's preflight must refuse).
+  "stat /sys/fs/docker/<id>: no such file or directory"). Docker 20.10 from Debian 12 inside it,
+  from .deb files downloaded on the host (``apt-get download``), with /var/lib/docker on a host
+  directory (DOCKER_DIR) so that it uses overlay2, not vfs; podman is 4.3.1 on Debian 12, older
+  than the 4.9 GPUStack's podman deployer needs, which the role refuses.
+- The worker image: built offline on the host (podman build --squash-all, pip --no-index from a
+  wheelhouse that ``pip download gpustack==2.3.0`` filled), then ``docker load``-ed into the node
+  (one layer, unpacked once).
+- The GPUs: the node's NVML stub library and fixture (tests/nvml_stub) are on the node; docker
+  starts with no ``nvidia`` runtime (what the role's preflight must refuse), then
+  register_nvidia_runtime() gives it the lab's stand-in for one, which applies a CDI spec binding
+  the stub and the fixture into containers that ask for GPUs.
 - The server: GPUStack 2.3.0 from the host venv (gpustack_server.py), with its PostgreSQL, in the
   node's own network namespace (``ip netns attach``): it listens on the node's loopback, where the
   worker container (``--network=host``) reaches it. Nothing leaves the node's namespace.
@@ -45,9 +49,21 @@ DEBS = os.path.join(CACHE, 'lab-docker-debs')
 DEB_PACKAGES = ('docker.io', 'containerd', 'runc', 'tini', 'libdevmapper1.02.1', 'dmsetup', 'iptables',
                 'libip4tc2', 'libip6tc2', 'libnetfilter-conntrack3', 'libnfnetlink0', 'libnftnl11',
                 'libxtables12', 'libaio1', 'netbase')
+# The node's /var/lib/docker: a host directory (the host's own file system, ext4 here) bind-mounted
+# into the node, so that the nested docker picks overlay2; on the node's overlay root it can only
+# use vfs, which copies the whole image for every layer on load and again for every container.
+LAB_DIR = os.environ.get('KVPIN_LAB_DIR', os.path.join(REPO_ROOT, '.lab'))
+DOCKER_DIR = os.path.join(LAB_DIR, CONTAINER + '-docker')
 RUN_OPTS = ('--runtime', 'runc', '--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=20000:20000',
-            '--systemd=always', '--privileged', '--cgroupns=private')
+            '--systemd=always', '--privileged', '--cgroupns=private', '--volume', DOCKER_DIR + ':/var/lib/docker',
+            # Only a loopback: the server and the worker meet there, and the worker's probes of
+            # registry-1.docker.io and quay.io at start (gpustack/config/registration.py) fail at
+            # once instead of waiting for a route that goes nowhere.
+            '--network=none')
 WORKER_TOOL_VERSIONS = gpustack_server.WORKER_TOOL_VERSIONS
+# --squash-all: one layer, which the node's `docker load` unpacks once (not base + pip layers).
+BUILD_OPTS = ('--runtime', 'runc', '--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=20000:20000',
+              '--pull=never', '--network=none', '--squash-all')
 
 
 def sh(argv, timeout=900, **kwargs):
@@ -100,6 +116,7 @@ def _image_digest(wheels):
             digest.update(name.encode() + b'\0' + source.read() + b'\0')
     digest.update(json.dumps(sorted(os.listdir(wheels))).encode())
     digest.update(json.dumps(WORKER_TOOL_VERSIONS, sort_keys=True).encode())
+    digest.update(json.dumps(BUILD_OPTS).encode())
     return digest.hexdigest()[:16]
 
 
@@ -112,6 +129,7 @@ def ensure_image(log=print):
     if probe.returncode == 0 and probe.stdout.strip() == digest:
         return digest
     log('building %s (offline, from %s)' % (IMAGE, wheels))
+    started = time.monotonic()
     context = tempfile.mkdtemp(prefix='kvpin-worker-image-')
     try:
         os.makedirs(os.path.join(context, 'tools'))
@@ -120,11 +138,12 @@ def ensure_image(log=print):
             shutil.copy(path, os.path.join(context, name))
         with open(os.path.join(context, 'tools', 'versions.json'), 'w') as versions:
             json.dump(WORKER_TOOL_VERSIONS, versions)
-        sh(['podman', 'build', '--runtime', 'runc', '--ulimit', 'nofile=20000:20000',
-            '--ulimit', 'nproc=20000:20000', '--pull=never', '--network=none', '--label', 'kvpin.inputs=' + digest,
-            '--build-arg', 'BASE=' + BASE_IMAGE, '-t', IMAGE, context], timeout=1800)
+        argv = ['podman', 'build'] + list(BUILD_OPTS) + [
+            '--label', 'kvpin.inputs=' + digest, '--build-arg', 'BASE=' + BASE_IMAGE, '-t', IMAGE, context]
+        sh(argv, timeout=1800)
     finally:
         shutil.rmtree(context, ignore_errors=True)
+    log('%s built in %.0f s' % (IMAGE, time.monotonic() - started))
     return digest
 
 
@@ -136,6 +155,8 @@ def node_state():
 
 def remove_node():
     subprocess.run(['podman', 'rm', '-f', '-t', '5', CONTAINER], capture_output=True, check=False, timeout=120)
+    # The nested docker's storage (overlay2 mounts end with the node's mount namespace).
+    shutil.rmtree(DOCKER_DIR, ignore_errors=True)
 
 
 def _reset_kept_node():
@@ -148,9 +169,9 @@ def _reset_kept_node():
                       capture_output=True, check=False, timeout=120).returncode != 0:
         return False
     node_exec('sh', '-c', 'systemctl disable --now gpustack-worker 2>/dev/null; '
-                          'rm -f /etc/systemd/system/gpustack-worker.service* /etc/docker/daemon.json; '
+                          'rm -f /etc/systemd/system/gpustack-worker.service* /etc/docker/daemon.json %s %s; '
                           'systemctl daemon-reload; docker rm -f gpustack-worker >/dev/null 2>&1; '
-                          'rm -rf /var/lib/gpustack; systemctl restart docker')
+                          'rm -rf /var/lib/gpustack; systemctl restart docker' % (RUNTIME_STANDIN, CDI_SPEC))
     return True
 
 
@@ -161,6 +182,7 @@ def start_node(log=print):
         log('%s: reused (KVPIN_KEEP_LAB=1)' % CONTAINER)
         return
     remove_node()
+    os.makedirs(DOCKER_DIR, mode=0o700)
     sh(['podman', 'run', '-d', '--name', CONTAINER, '--hostname', NODE] + list(RUN_OPTS)
        + ['--label', 'kvpin.lab=1', BASE_IMAGE, '/sbin/init'])
     # --wait returns once boot finished ('degraded', rc 1, is booted too); right after the start
@@ -179,17 +201,43 @@ def start_node(log=print):
     node_exec('sh', '-c', 'dpkg -i /tmp/debs/*.deb >/tmp/dpkg.log 2>&1 || { tail -20 /tmp/dpkg.log; exit 1; }; '
                           'rm -rf /tmp/debs')
     node_exec('systemctl', 'is-active', 'docker')
+    driver = node_exec('docker', 'info', '--format', '{{.Driver}}').strip()
+    if driver != 'overlay2':
+        raise RuntimeError('the node\'s docker uses %r, not overlay2: loading the image would copy it per layer' % driver)
     for source, dest, mode in ((STUB_LIB, '/usr/local/lib/libnvidia-ml.so.1', '0755'),
                                (FIXTURE, '/etc/kvpin/nvml-stub.json', '0644')):
         sh(['podman', 'cp', source, '%s:%s' % (CONTAINER, dest)])
         node_exec('chmod', mode, dest)
     log('loading %s into the node' % IMAGE)
+    started = time.monotonic()
     save = subprocess.Popen(['podman', 'save', '--format', 'docker-archive', IMAGE], stdout=subprocess.PIPE)
     try:
         sh(['podman', 'exec', '-i', CONTAINER, 'docker', 'load'], stdin=save.stdout, timeout=1200)
     finally:
         save.stdout.close()
         save.wait()
+    log('%s loaded into the node in %.0f s' % (IMAGE, time.monotonic() - started))
+
+
+RUNTIME_STANDIN = '/usr/local/bin/kvpin-nvidia-runtime-standin'
+CDI_SPEC = '/etc/cdi/kvpin-nvml-stub.json'
+
+
+def register_nvidia_runtime():
+    """Give the node's docker an ``nvidia`` runtime: the lab's stand-in for the NVIDIA Container
+    Toolkit's runtime (tests/lab/gpustack_worker_container/nvidia-runtime-standin), which applies
+    a CDI spec that binds the NVML stub library and the node's fixture into a container asking for
+    GPUs, then runs runc. What `nvidia-ctk runtime configure --runtime=docker` would write."""
+    node_exec('mkdir', '-p', '/etc/cdi', '/etc/docker')
+    for source, dest, mode in ((os.path.join(LAB_FILES, 'nvidia-runtime-standin'), RUNTIME_STANDIN, '0755'),
+                               (os.path.join(LAB_FILES, 'nvml-stub-cdi.json'), CDI_SPEC, '0644')):
+        sh(['podman', 'cp', source, '%s:%s' % (CONTAINER, dest)])
+        node_exec('chmod', mode, dest)
+    daemon = json.dumps({'runtimes': {'nvidia': {'path': RUNTIME_STANDIN}}})
+    node_exec('sh', '-c', 'printf %s "$1" > /etc/docker/daemon.json && systemctl restart docker', 'sh', daemon)
+    runtimes = json.loads(node_exec('docker', 'info', '--format', '{{json .Runtimes}}'))
+    if 'nvidia' not in runtimes:
+        raise RuntimeError('docker did not take the nvidia runtime: %s' % sorted(runtimes))
 
 
 def node_pid():
@@ -208,6 +256,30 @@ class NodeServer(gpustack_server.GpustackServer):
         self._netns_created = True
         enter = gpustack_server._enter_netns  # pylint: disable=protected-access
         self._executor = gpustack_server.ThreadPoolExecutor(max_workers=1, initializer=enter, initargs=(self.netns,))
+
+    def _wait_healthy(self, timeout=300):
+        # Observed: more than 90 s to the first /healthz (migrations) at a load average of 14
+        # on 2 cores, with the image load and another lab running.
+        super()._wait_healthy(timeout)
+
+    def worker(self, name):
+        """The server's record of worker ``name``, or None."""
+        status, answer = self.http('GET', '/v2/workers?name=%s' % name)
+        if status != 200:
+            raise RuntimeError('GET /v2/workers: HTTP %s %s' % (status, answer))
+        items = [item for item in (answer or {}).get('items', []) if item.get('name') == name]
+        return items[0] if items else None
+
+    def wait_ready(self, name, timeout=180):
+        """The worker record once the server lists it ready with GPUs; raises after timeout."""
+        deadline = time.monotonic() + timeout
+        record = None
+        while time.monotonic() < deadline:
+            record = self.worker(name)
+            if record and record.get('state') == 'ready' and (record.get('status') or {}).get('gpu_devices'):
+                return record
+            time.sleep(2)
+        raise RuntimeError('worker %s not ready with GPUs after %ds: %s' % (name, timeout, record))
 
     def registration_token(self):
         status, registration = self.http('GET', '/v2/clusters/%d/registration-token' % self.cluster_id, auth='basic')

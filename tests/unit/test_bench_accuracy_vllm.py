@@ -96,3 +96,47 @@ def test_a_v0_row_without_max_num_seqs_is_planned_with_the_v0_default():
     v1 = bench.prof.parse_version('0.19.0')
     assert bench.default_max_num_seqs(v1, row['gpu'], total) == bench.prof.batch_defaults(
         v1, row['gpu'], total).max_num_seqs
+
+
+def test_rows_whose_log_names_the_sampler_pass_it_to_the_planner_with_the_quote():
+    """A row's vllm_sampler comes from its own log line (vllm_sampler_quote) and reaches the
+    plan as the knob: the FlashInfer rows charge FlashInfer's warm-up, the fallback row the sort."""
+    rows = [e for e in _entries() if e.get('vllm_sampler')]
+    assert set(e['vllm_sampler'] for e in rows) == {'flashinfer', 'pytorch'}
+    for row in rows:
+        expected = ('Using FlashInfer for top-p & top-k sampling.' if row['vllm_sampler'] == 'flashinfer'
+                    else 'Falling back to the PyTorch-native implementation of top-p & top-k sampling')
+        assert expected in row['vllm_sampler_quote'] and 'topk_topp_sampler.py' in row['vllm_sampler_quote']
+    row = next(e for e in rows if e['id'] == 'dennislee-a100-80gb-qwen2-7b-tp1-u025')
+    with_knob = bench.plan_entry(row)[1]
+    without = bench.plan_entry(dict(row, vllm_sampler=None))[1]
+    assert with_knob.settings['environment']['VLLM_USE_FLASHINFER_SAMPLER'] == '1'
+    assert with_knob.memory[0].activation < without.memory[0].activation
+    assert with_knob.memory[0].terms['kv_budget'] > without.memory[0].terms['kv_budget']
+
+
+def _record(row_id, started, **fields):
+    entry = dict(_planned_row(), id=row_id, **fields)
+    return dict(entry=entry, started=started)
+
+
+def test_a_run_that_served_while_its_twin_failed_expects_no():
+    """Same plan input, one served and one failed: NO is the right verdict for both; a run that
+    differs in one planner input (util) is not a twin and keeps its own outcome."""
+    records = [_record('a', True), _record('a-fail', False), _record('b', True, gpu_memory_utilization=0.5),
+               _record('c', True, vllm_version='0.11.0'), _record('c2', True, vllm_version='0.11.0')]
+    bench.mark_flaky_twins(records)
+    by_id = {r['entry']['id']: r for r in records}
+    assert by_id['a']['flaky_twin'] == 'a-fail' and by_id['a']['expected_fit'] is False
+    assert by_id['a-fail']['expected_fit'] is False and by_id['a-fail']['flaky_twin'] is None
+    assert by_id['b']['expected_fit'] is True and by_id['b']['flaky_twin'] is None
+    assert by_id['c']['expected_fit'] is True and by_id['c2']['expected_fit'] is True
+
+
+def test_the_logged_twin_pair_is_scored_no():
+    sources = bench.splits.fitted_source_rows(bench.splits.VLLM_MODULES)
+    records, _unplanned = bench.score(_entries(), sources)
+    by_id = {r['entry']['id']: r for r in records}
+    twin = by_id['buccaneer-rtx3090-qwen2.5-7b-tp1-u065']
+    assert twin['started'] and twin['flaky_twin'] == 'buccaneer-rtx3090-qwen2.5-7b-tp1-u065-fail'
+    assert bench.row_checks(twin)['verdict_ok'] == (not twin['plan'].feasible)

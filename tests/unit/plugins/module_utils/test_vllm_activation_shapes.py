@@ -93,6 +93,20 @@ def test_from_0_17_the_sort_bytes_beyond_the_shapes_are_a_named_guard_not_physic
     assert 'no_sort path' in explain
 
 
+def test_the_guard_starts_at_0_18_the_0_17_logs_need_no_reserve():
+    """0.17.x takes the no-sort path with no reserve (ten 0.17.1 RTX 3090 logs land at or below
+    the shapes); 0.18.0, with no log, keeps the guard; the explanation names the first release."""
+    spec = resolve_model('Qwen/Qwen2.5-7B-Instruct')
+    peak_17, terms_17, explain_17 = vm.activation_peak(spec, 1, 256, 2048, v('0.17.1'))
+    peak_18, terms_18, explain_18 = vm.activation_peak(spec, 1, 256, 2048, v('0.18.0'))
+    assert terms_17['activation_unexplained_reserve'] == 0
+    assert terms_18['activation_unexplained_reserve'] == 1486674984 - 661782528
+    assert terms_17['activation_sampler_warmup'] == terms_18['activation_sampler_warmup'] == 661782528
+    assert peak_17 == peak_18 - terms_18['activation_unexplained_reserve']
+    assert 'policy guard' not in explain_17
+    assert 'kept from 0.18.0' in explain_18 and 'fitted vLLM 0.18 on ten vLLM 0.17.1' in explain_18
+
+
 def test_hidden_states_live_during_the_sampler_are_shapes():
     """[max_num_batched_tokens, hidden] output of _dummy_run + the [R, hidden] gathered rows and
     their rand_like copy: (2048 + 2 x 256) x 3584 x 2 B."""

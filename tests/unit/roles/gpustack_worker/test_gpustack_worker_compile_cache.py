@@ -88,6 +88,8 @@ def test_container_runtime_exports_mounts_and_creates_the_cache(tmp_path):
         row = dirs['/var/lib/gpustack/cache/' + sub]
         assert (row['owner'], row['group'], row['mode']) == ('root', 'root', '0700')
     assert dirs['/var/lib/gpustack/cache']['mode'] == '0750'
+    # GPUStack 2.x chmods its data directory to 0711 at every start: the role wants that mode
+    assert dirs['/var/lib/gpustack']['mode'] == '0711'
 
 
 def test_native_runtime_own_root_is_writable_and_exported(tmp_path):
@@ -102,6 +104,8 @@ def test_native_runtime_own_root_is_writable_and_exported(tmp_path):
     assert 'EnvironmentFile=/var/lib/gpustack/worker.env' in out['unit']
     rows = {row['path']: row for row in out['rows']}
     assert rows['/srv/kvpin/compile-cache']['mode'] == '0750'
+    # the native 0.7.x worker leaves its data directory alone: it stays 0750
+    assert rows['/var/lib/gpustack']['mode'] == '0750'
     assert [rows['/srv/kvpin/compile-cache/' + s]['mode'] for s in ('vllm', 'inductor', 'triton')] == ['0700'] * 3
     files = {row['path']: row for row in out['desired']['files']}
     assert files['/var/lib/gpustack/worker.env']['mode'] == '0600'
