@@ -3,7 +3,7 @@
 # Copyright (c) 2026 kvpin.fleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# The four-node lab fleet: systemd containers (podman + runc) from a Debian 12 image built
+# The lab fleet (four nodes by default, KVPIN_LAB_NODES=N for N): systemd containers (podman + runc) from a Debian 12 image built
 # locally with debootstrap, each seeing its own GPUs through the NVML stub library (and, for
 # GPUStack 0.7.1, a fake nvidia-smi) answering from the node's JSON fixture; plus a fifth
 # container, lab-gpustack, running a real GPUStack 0.7.1 server (embedded SQLite) the nodes'
@@ -14,20 +14,32 @@
 # reached by the nodes and the controller at the container's address. Recipe and traps
 # (crun, ulimits, systemd >= 256): docs/lab.md.
 #
-# Usage: scripts/lab.sh up [NODE...] | down [NODE...] | status | rebuild-image | image
+# Usage: scripts/lab.sh up [NODE...] | down [NODE...] | status | stats | rebuild-image | image
 #                       | set-fixture NODE FILE | nodes | gpustack-venv
+# `up` without nodes starts KVPIN_LAB_NODES nodes (default 4), cycling the four card layouts
+# (lab-a6000x4, lab-4090x4, lab-4090x2, lab-mixed, then lab-a6000x4-2, ...: the naming rule is
+# inventory/lab/lab_nodes.py's), records the count for inventory/lab and removes this prefix's
+# nodes beyond it. `stats` prints memory and CPU per container (podman stats).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LAB_DIR="${KVPIN_LAB_DIR:-$REPO/.lab}"
 IMAGE="${KVPIN_LAB_IMAGE:-localhost/kvpin-node:bookworm}"
 SUITE=bookworm   # systemd 252: newer systemd (>= 256) refuses to boot on this host's cgroup v1
-# Node name -> fixture file; the node names are the inventory's (inventory/lab/hosts.yml).
-NODES=(lab-a6000x4 lab-4090x4 lab-4090x2 lab-mixed)
 # Containers are named PREFIX+node so two checkouts on one machine can each run a fleet;
 # inventory/lab reads the same variable for ansible_host. Hostnames stay the node names.
 PREFIX="${KVPIN_LAB_PREFIX:-}"
 [[ "$PREFIX" =~ ^[a-zA-Z0-9_.-]*$ ]] || { echo "lab: error: KVPIN_LAB_PREFIX '$PREFIX' is not a valid container name prefix" >&2; exit 1; }
+# The node names and their layouts come from the inventory script (one naming rule): node
+# lab-<layout>[-<copy>] boots with tests/fixtures/nvml/lab-<layout>.json. NODES is the fleet
+# `up` makes (KVPIN_LAB_NODES, default 4); the count `up` used is recorded in NODE_RECORD, which
+# inventory/lab reads when KVPIN_LAB_NODES is not set.
+LAB_NODES_PY="$REPO/inventory/lab/lab_nodes.py"
+NODE_COUNT="${KVPIN_LAB_NODES:-4}"
+mapfile -t NODES < <(python3 "$LAB_NODES_PY" --names "$NODE_COUNT" 2>/dev/null || true)
+((${#NODES[@]})) || { echo "lab: error: KVPIN_LAB_NODES '$NODE_COUNT' is not a node count (1..64)" >&2; exit 1; }
+NODE_RE='^lab-(a6000x4|4090x4|4090x2|mixed)(-[0-9]+)?$'
+NODE_RECORD="$LAB_DIR/${PREFIX}nodes"
 STUB_LIB="${KVPIN_NVML_STUB_LIB:-$REPO/tests/nvml_stub/build/libnvidia-ml.so.1}"
 FIXTURE_DIR="${KVPIN_NVML_FIXTURE_DIR:-$REPO/tests/fixtures/nvml}"
 # Where the stub reads its fixture by default (KVPIN_NVML_STUB_CONFIG overrides it in the stub).
@@ -113,9 +125,20 @@ ensure_image() { with_image_lock ensure_image_locked; }
 image_users() { podman ps -a --filter ancestor="$IMAGE" --format '{{.Names}}' 2>/dev/null; }
 
 known_node() {
-    local n
-    for n in "${NODES[@]}"; do [[ "$n" == "$1" ]] && return 0; done
-    die "unknown node '$1' (nodes: ${NODES[*]})"
+    [[ "$1" =~ $NODE_RE ]] || die "unknown node '$1' (nodes: lab-<a6000x4|4090x4|4090x2|mixed>[-<copy>], e.g. ${NODES[*]})"
+}
+
+# A node's card layout (its NVML fixture's name): the node name without its copy number.
+node_layout() { local n="$1"; [[ "$n" =~ -[0-9]+$ ]] && n="${n%-*}"; printf '%s' "$n"; }
+
+# This prefix's lab nodes that exist (any count), from podman.
+existing_nodes() {
+    local name
+    podman ps -a --filter label=kvpin.lab=1 --format '{{.Names}}' 2>/dev/null | while read -r name; do
+        [[ "$name" == "$PREFIX"* ]] || continue
+        name="${name#"$PREFIX"}"
+        [[ "$name" =~ $NODE_RE ]] && printf '%s\n' "$name"
+    done
 }
 
 container() { printf '%s%s' "$PREFIX" "$1"; }
@@ -270,26 +293,34 @@ start_node() {
     esac
     wait_booted "$node"
     install_stub "$node"
-    set_fixture "$node" "$FIXTURE_DIR/$node.json"
+    set_fixture "$node" "$FIXTURE_DIR/$(node_layout "$node").json"
 }
 
 cmd_up() {
-    local nodes=("$@") n
-    ((${#nodes[@]})) || nodes=("${NODES[@]}")
+    local nodes=("$@") n whole=0
+    ((${#nodes[@]})) || { nodes=("${NODES[@]}"); whole=1; }
     for n in "${nodes[@]}"; do known_node "$n"; done
     [[ -r "$STUB_LIB" ]] || die "NVML stub library $STUB_LIB missing: run tests/nvml_stub/build.sh (scripts/bootstrap.sh does)"
     for n in "${nodes[@]}"; do
-        [[ -r "$FIXTURE_DIR/$n.json" ]] || die "fixture $FIXTURE_DIR/$n.json missing"
+        [[ -r "$FIXTURE_DIR/$(node_layout "$n").json" ]] || die "fixture $FIXTURE_DIR/$(node_layout "$n").json missing"
     done
     ensure_image
     prepare_gpustack
     start_server
+    if ((whole)); then
+        # The whole fleet at this size: nodes of a larger earlier `up` go, the count is recorded.
+        for n in $(existing_nodes); do
+            [[ " ${NODES[*]} " == *" $n "* ]] || { remove_container "$n"; log "$n: removed (beyond $NODE_COUNT nodes)"; }
+        done
+        printf '%s\n' "${#NODES[@]}" >"$NODE_RECORD.tmp" && mv "$NODE_RECORD.tmp" "$NODE_RECORD"
+    fi
     for n in "${nodes[@]}"; do start_node "$n"; done
 }
 
 cmd_down() {
     local nodes=("$@") n
-    ((${#nodes[@]})) || nodes=("${NODES[@]}")
+    # Without nodes: every node of this prefix, whatever count `up` made.
+    ((${#nodes[@]})) || mapfile -t nodes < <(existing_nodes)
     for n in "${nodes[@]}"; do
         known_node "$n"
         if [[ "$(container_state "$n")" != absent ]]; then
@@ -300,26 +331,57 @@ cmd_down() {
     # The server goes with the whole fleet; its secrets stay (the next server gets the same).
     if (($# == 0)) && [[ "$(container_state "$SERVER")" != absent ]]; then
         remove_container "$SERVER"
-        rm -f "$GS_STATE/api_key" "$GS_STATE/server_url"
+        rm -f "$GS_STATE/api_key" "$GS_STATE/server_url" "$NODE_RECORD"
         log "$SERVER: removed"
     fi
 }
 
 cmd_status() {
-    local n state boot rc=0
+    local n state boot rc=0 nodes
     if image_exists; then echo "image   $IMAGE present"; else echo "image   $IMAGE absent"; fi
     state="$(container_state "$SERVER")"
-    printf '%-12s %-10s url=%-24s container=%s\n' "$SERVER" "$state" "$(cat "$GS_STATE/server_url" 2>/dev/null || echo -)" "$(container "$SERVER")"
+    printf '%-14s %-10s url=%-24s container=%s\n' "$SERVER" "$state" "$(cat "$GS_STATE/server_url" 2>/dev/null || echo -)" "$(container "$SERVER")"
     [[ "$state" == running ]] || rc=3
-    for n in "${NODES[@]}"; do
+    # The fleet inventory/lab sees (KVPIN_LAB_NODES, else the count `up` recorded, else 4).
+    mapfile -t nodes < <(KVPIN_LAB_DIR="$LAB_DIR" python3 "$LAB_NODES_PY" --names)
+    for n in "${nodes[@]}"; do
         state="$(container_state "$n")"
         boot=-
         [[ "$state" == running ]] && boot="$(podman exec "$(container "$n")" systemctl is-system-running 2>/dev/null || true)"
-        printf '%-12s %-10s systemd=%-8s container=%s\n' "$n" "$state" "${boot:--}" "$(container "$n")"
+        printf '%-14s %-10s systemd=%-8s container=%s\n' "$n" "$state" "${boot:--}" "$(container "$n")"
         [[ "$state" == running ]] || rc=3
     done
     return "$rc"
 }
+
+# Memory and CPU per container of this prefix's lab (server and nodes), one podman stats sample,
+# then the nodes' total and mean. CPU % is of one core, over podman's sampling interval.
+cmd_stats() {
+    local names=("$(container "$SERVER")") n
+    for n in $(existing_nodes); do names+=("$(container "$n")"); done
+    podman stats --no-stream --format '{{.Name}}\t{{.ContainerStats.MemUsage}}\t{{.ContainerStats.CPUNano}}\t{{.ContainerStats.CPU}}' \
+        "${names[@]}" | "$PY" -c "$STATS_PY" "$(container "$SERVER")"
+}
+
+# podman stats (name, memory bytes, CPU ns since start, CPU % of one core) -> a table in MiB,
+# CPU seconds and % (podman's last sample), then the nodes' sum and mean per node.
+STATS_PY='
+import sys
+server = sys.argv[1]
+rows = []
+for line in sys.stdin:
+    name, mem, cpu_ns, cpu = line.rstrip("\n").split("\t")
+    rows.append((name, int(mem) / 2**20, int(cpu_ns) / 1e9, float(cpu)))
+print("%-28s %10s %10s %8s" % ("container", "mem MiB", "CPU s", "CPU %"))
+for row in sorted(rows):
+    print("%-28s %10.1f %10.1f %8.2f" % row)
+nodes = [r for r in rows if r[0] != server]
+if nodes:
+    sums = [sum(r[i] for r in nodes) for i in (1, 2, 3)]
+    print("%-28s %10.1f %10.1f %8.2f" % tuple(["nodes: %d, sum" % len(nodes)] + sums))
+    print("%-28s %10.1f %10.1f %8.2f" % tuple(["nodes: mean per node"] + [v / len(nodes) for v in sums]))
+'
+
 
 rebuild_image_locked() {
     local users
@@ -341,12 +403,13 @@ main() {
         up) cmd_up "$@" ;;
         down) cmd_down "$@" ;;
         status) cmd_status ;;
+        stats) cmd_stats ;;
         image) ensure_image ;;
         rebuild-image) cmd_rebuild_image ;;
         set-fixture) (($# == 2)) || die "usage: $0 set-fixture NODE FILE"; set_fixture "$1" "$2" ;;
         nodes) printf '%s\n' "${NODES[@]}" ;;
         gpustack-venv) prepare_gpustack ;;
-        *) die "usage: $0 up [NODE...] | down [NODE...] | status | image | rebuild-image | set-fixture NODE FILE | nodes | gpustack-venv" ;;
+        *) die "usage: $0 up [NODE...] | down [NODE...] | status | stats | image | rebuild-image | set-fixture NODE FILE | nodes | gpustack-venv" ;;
     esac
 }
 

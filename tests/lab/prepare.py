@@ -184,6 +184,9 @@ def prepare_models(lab_dir):
         write_if_changed(os.path.join(host_path, 'config.json'), json.dumps(config, indent=2, sort_keys=True), 0o644)
 
 
+KEY_REQUEST_TIMEOUT_S = 30
+
+
 def _request(url, method='GET', body=None, headers=None, timeout=5):
     """(status, parsed JSON or None); the server is in a lab container (never redirected)."""
     data = json.dumps(body).encode() if body is not None else None
@@ -215,6 +218,7 @@ def _request_until(deadline, url, *args, **kwargs):
         except OSError as error:
             if time.monotonic() > deadline:
                 raise SystemExit('lab: error: %s did not answer before the deadline: %s' % (url, error))
+            log('%s: request failed (%s), trying again' % (url, error))
         time.sleep(1)
 
 
@@ -231,15 +235,18 @@ def server_ready(state_dir, timeout):
             raise SystemExit('lab: error: %s/healthz did not answer 200 within %ds' % (url, timeout))
         time.sleep(1)
     key_path = os.path.join(state_dir, 'api_key')
+    # The key requests hash a password or key on the server (CPU-bound): on a loaded machine one
+    # takes longer than a health check, so each may take KEY_REQUEST_TIMEOUT_S and a timed-out
+    # one is tried again until the deadline (_request_until).
     if os.path.exists(key_path):
-        status, _unused = _request_until(deadline, url + '/v1/models', timeout=30,
+        status, _unused = _request_until(deadline, url + '/v1/models', timeout=KEY_REQUEST_TIMEOUT_S,
                                          headers={'Authorization': 'Bearer ' + _read(key_path)})
         if status == 200:
             log('gpustack server %s ready (API key reused)' % url)
             return
     basic = base64.b64encode(('admin:' + _read(os.path.join(state_dir, 'bootstrap_password'))).encode()).decode()
     status, answer = _request_until(deadline, url + '/v1/api-keys', 'POST', {'name': 'kvpin-lab-%d' % time.time()},
-                                    headers={'Authorization': 'Basic ' + basic}, timeout=30)
+                                    headers={'Authorization': 'Basic ' + basic}, timeout=KEY_REQUEST_TIMEOUT_S)
     if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get('value'), str):
         raise SystemExit('lab: error: POST %s/v1/api-keys answered HTTP %s' % (url, status))
     write_if_changed(key_path, answer['value'], 0o600)

@@ -134,6 +134,34 @@ def _recorder(task, when):
     return recorder
 
 
+def _table_recorder(task, when, set_facts):
+    """For a kvpin.fleet.managed_files task (one call writing a whole table): the set_fact tasks
+    before it that compute facts its ``files`` names (kept as they are: controller-only), then one
+    recorder looping over the table, recording each row as the module writes it."""
+    files = task['kvpin.fleet.managed_files']['files']
+    kept = [fact_task for fact_task in set_facts
+            if any(key in files for key in fact_task['ansible.builtin.set_fact'])]
+    conditions = list(when) + (task['when'] if isinstance(task.get('when'), list)
+                               else ([task['when']] if task.get('when') is not None else []))
+    recorder = {
+        'name': 'record | %s' % task.get('name'),
+        'ansible.builtin.set_fact': {
+            '_recorded': "{{ (_recorded | default([])) + [{'kind': 'file', 'path': _rec_row.path,"
+                         " 'state': _rec_row.state | default('file'), 'owner': _rec_row.owner,"
+                         " 'group': _rec_row.group, 'mode': _rec_row.mode}"
+                         " | combine({'sha1': _rec_row.content | hash('sha1')} if _rec_row.content is defined else {})"
+                         " | combine({'task': %s})] }}" % json.dumps(task.get('name')),
+        },
+        'loop': files,
+        'loop_control': {'loop_var': '_rec_row', 'label': '{{ _rec_row.path }}'},
+        'vars': dict(task.get('vars') or {}),
+        'no_log': True,
+    }
+    if conditions:
+        recorder['when'] = conditions
+    return kept + [recorder]
+
+
 def _recorders(role_dir):
     recorders = []
     for name in _task_files(role_dir):
@@ -141,7 +169,13 @@ def _recorders(role_dir):
             continue
         with open(os.path.join(role_dir, 'tasks', name), encoding='utf-8') as handle:
             tasks = yaml.safe_load(handle) or []
+        set_facts = []
         for task, when in _flatten(tasks):
+            if _module(task) == 'ansible.builtin.set_fact':
+                set_facts.append(task)
+            if _module(task) == 'kvpin.fleet.managed_files':
+                recorders.extend(_table_recorder(task, when, set_facts))
+                continue
             recorder = _recorder(task, when)
             if recorder is not None:
                 recorders.append(recorder)
@@ -258,10 +292,11 @@ def _edit(path, old, new):
 
 def test_a_task_writing_another_mode_than_declared_is_caught(tmp_path):
     role_dir = role_copy(tmp_path, 'gpustack_worker')
-    _edit(role_dir / 'tasks' / 'configure.yml', 'mode: "{{ _gpustack_worker_unit_file.mode }}"', 'mode: "0640"')
+    _edit(role_dir / 'tasks' / 'configure.yml', '_gpustack_worker_env_file, _gpustack_worker_unit_file]',
+          "_gpustack_worker_env_file, _gpustack_worker_unit_file | combine({'mode': '0640'})]")
     problems = disagreements(*declared_and_written(tmp_path, 'gpustack_worker'))
     assert problems == ["/etc/systemd/system/gpustack-worker.service: mode declared '0644', "
-                        "task 'Configure | systemd unit' writes '0640'"]
+                        "task 'Configure | directories, config.yaml, worker environment and systemd unit' writes '0640'"]
 
 
 def test_a_write_left_out_of_the_declared_state_is_caught(tmp_path):
@@ -269,14 +304,15 @@ def test_a_write_left_out_of_the_declared_state_is_caught(tmp_path):
     _edit(role_dir / 'tasks' / 'desired_state.yml', '(_serving_watchdog_node_files | kvpin.fleet.kvpin_file_checks)',
           '(_serving_watchdog_node_files[1:] | kvpin.fleet.kvpin_file_checks)')
     problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
-    assert problems == ["/usr/local/lib/kvpin: written by 'Create the program directory' but not declared "
-                        "(never checked, never repaired)"]
+    assert problems == ["/usr/local/lib/kvpin: written by 'Write the program, directories, configs, units, polkit "
+                        "rules, key files and switch units' but not declared (never checked, never repaired)"]
 
 
 def test_a_content_the_tasks_do_not_write_is_caught(tmp_path):
     role_dir = role_copy(tmp_path, 'serving_watchdog')
-    _edit(role_dir / 'tasks' / 'install.yml', 'content: "{{ _serving_watchdog_file_tmpfiles.content }}"',
-          'content: "{{ _serving_watchdog_file_tmpfiles.content }}# edited\\n"')
+    _edit(role_dir / 'tasks' / 'configure.yml', 'files: "{{ _serving_watchdog_node_files +',
+          "files: \"{{ _serving_watchdog_node_files[:3] + [_serving_watchdog_file_tmpfiles"
+          " | combine({'content': _serving_watchdog_file_tmpfiles.content ~ '# edited'})] + _serving_watchdog_node_files[4:] +")
     problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
     assert len(problems) == 1 and problems[0].startswith('/etc/tmpfiles.d/kvpin-watchdog.conf: content declared sha1')
 

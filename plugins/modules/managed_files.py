@@ -1,0 +1,260 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: managed_files
+short_description: Converge a role's whole table of managed directories and files in one round trip
+version_added: "0.2.0"
+description:
+  - Writes every entry of a role's table of managed files (the same table
+    M(kvpin.fleet.node_state) checks) in order, in one module call - directories first as they
+    come, then each file atomically (a temporary file in the same directory, validated when asked,
+    then renamed over the old one) - and sets owner, group and mode.
+  - Returns per path whether it changed, whether it was created and the backup it made, so the
+    caller can notify handlers only for the paths that matter and restore the backups on a failed
+    health check.
+  - Never returns or logs a file's content (the content option is C(no_log)); an error names the
+    entry's index and path, never its content.
+  - In check mode nothing is written; the result says what would change.
+options:
+  files:
+    description: The table, in order (a directory before the files in it).
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      path:
+        description: Absolute path.
+        type: str
+        required: true
+      state:
+        description: C(file), C(directory) or C(absent) (a file or an empty directory removed).
+        type: str
+        choices: [file, directory, absent]
+        default: file
+      content:
+        description: The file's exact content (only with O(files[].state=file); required there).
+        type: str
+      owner:
+        description: Owner, a user name.
+        type: str
+      group:
+        description: Group, a group name.
+        type: str
+      mode:
+        description: Permission bits, an octal string such as C("0600").
+        type: raw
+      backup:
+        description: Keep a timestamped copy of a file this call replaces (same mode as the file).
+        type: bool
+        default: false
+      entries:
+        description:
+          - Not used here - accepted so a role passes the same table to
+            M(kvpin.fleet.node_state), which checks a directory's entries.
+        type: list
+        elements: str
+      validate:
+        description:
+          - Command run on the new content before it replaces the file, C(%s) standing for the
+            temporary file's path (as M(ansible.builtin.copy) does). A non-zero exit fails the
+            module and leaves the old file in place.
+        type: str
+author:
+  - kvpin.fleet contributors (!UNKNOWN)
+notes:
+  - Files already written by this call stay written when a later entry fails; the result of a
+    failure lists them (C(files)) so a rollback can use their backups.
+'''
+
+EXAMPLES = r'''
+- name: Configure | the worker's directories, config, environment and unit
+  kvpin.fleet.managed_files:
+    files:
+      - {path: /var/lib/gpustack, state: directory, owner: root, group: root, mode: "0750"}
+      - {path: /var/lib/gpustack/config.yaml, content: "{{ config }}", owner: root, group: root,
+         mode: "0600", backup: true}
+  no_log: true
+  register: written
+'''
+
+RETURN = r'''
+changed:
+  description: Whether any entry changed.
+  returned: always
+  type: bool
+changed_paths:
+  description: The paths that changed (or would, in check mode), in table order.
+  returned: always
+  type: list
+  elements: str
+  sample: [/var/lib/gpustack/config.yaml]
+files:
+  description: One result per entry, in table order (no content).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The entry's path.
+      type: str
+    changed:
+      description: Whether the entry changed (or would).
+      type: bool
+    created:
+      description: Whether the path did not exist before.
+      type: bool
+    backup_file:
+      description: The backup of the replaced file, empty when none was made.
+      type: str
+'''
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_native
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import content_sha1
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import sha1_of_file
+
+
+class EntryError(Exception):
+    """An entry that could not be converged (the message names index and path, never content)."""
+
+
+def _where(index, path):
+    return 'files[%d] (%s)' % (index, path)
+
+
+def _file_args(module, entry):
+    mode = entry.get('mode')
+    return module.load_file_common_arguments({'path': entry['path'], 'owner': entry.get('owner'),
+                                              'group': entry.get('group'),
+                                              'mode': None if mode is None else str(mode)})
+
+
+def converge_directory(module, index, entry):
+    path = entry['path']
+    result = {'path': path, 'changed': False, 'created': False, 'backup_file': ''}
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise EntryError('%s: exists and is not a directory' % _where(index, path))
+    if not os.path.isdir(path):
+        result['changed'] = result['created'] = True
+        if module.check_mode:
+            return result
+        os.makedirs(path)
+    result['changed'] = module.set_fs_attributes_if_different(_file_args(module, entry), result['changed'])
+    return result
+
+
+def converge_absent(module, index, entry):
+    path = entry['path']
+    result = {'path': path, 'changed': os.path.lexists(path), 'created': False, 'backup_file': ''}
+    if result['changed'] and not module.check_mode:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            raise EntryError('%s: cannot remove: %s' % (_where(index, path), to_native(exc.strerror or exc)))
+    return result
+
+
+def _validate(module, index, path, command, tmp_path):
+    if '%s' not in command:
+        raise EntryError('%s: validate must contain %%s, got %r' % (_where(index, path), command))
+    rc, dummy_out, err = module.run_command(command % tmp_path)
+    if rc != 0:
+        # stderr of the validator, not the content (the validator must not print secrets either).
+        raise EntryError('%s: validate failed (rc=%d): %s' % (_where(index, path), rc, to_native(err).strip()[-500:]))
+
+
+def converge_file(module, index, entry):
+    path = entry['path']
+    content = entry.get('content')
+    if content is None:
+        raise EntryError('%s: state file needs content' % _where(index, path))
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        raise EntryError('%s: exists and is not a regular file' % _where(index, path))
+    exists = os.path.exists(path)
+    result = {'path': path, 'changed': False, 'created': not exists, 'backup_file': ''}
+    same = exists and sha1_of_file(path) == content_sha1(content)
+    if not same:
+        result['changed'] = True
+        if module.check_mode:
+            return result
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            raise EntryError('%s: directory %s does not exist' % (_where(index, path), directory))
+        handle, tmp_path = tempfile.mkstemp(prefix='.kvpin-', dir=directory)
+        try:
+            # 0600 until the final mode is set: a secret is never readable by others, not even briefly.
+            os.fchmod(handle, 0o600)
+            with os.fdopen(handle, 'wb') as out:
+                out.write(to_bytes(content, errors='surrogate_or_strict'))
+            if entry.get('validate'):
+                _validate(module, index, path, entry['validate'], tmp_path)
+            if exists and entry.get('backup'):
+                result['backup_file'] = module.backup_local(path)
+            # Owner, group and mode on the new file before it takes the path: the rename is the
+            # only moment it becomes visible, already with its final mode.
+            module.set_fs_attributes_if_different(dict(_file_args(module, entry), path=tmp_path), True)
+            os.rename(tmp_path, path)
+        finally:
+            if os.path.exists(tmp_path):
+                os.unlink(tmp_path)
+    result['changed'] = module.set_fs_attributes_if_different(_file_args(module, entry), result['changed'])
+    return result
+
+
+CONVERGE = {'directory': converge_directory, 'file': converge_file, 'absent': converge_absent}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            files=dict(type='list', elements='dict', required=True, options=dict(
+                path=dict(type='str', required=True),
+                state=dict(type='str', default='file', choices=['file', 'directory', 'absent']),
+                content=dict(type='str', no_log=True),
+                owner=dict(type='str'),
+                group=dict(type='str'),
+                mode=dict(type='raw'),
+                backup=dict(type='bool', default=False),
+                validate=dict(type='str'),
+                entries=dict(type='list', elements='str'),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    results = []
+    seen = set()
+    for index, entry in enumerate(module.params['files']):
+        path = entry['path']
+        try:
+            if not path.startswith('/'):
+                raise EntryError('%s: path must be absolute' % _where(index, path))
+            if path in seen:
+                raise EntryError('%s: the table already has an entry for this path' % _where(index, path))
+            seen.add(path)
+            if entry['state'] != 'file' and entry.get('content') is not None:
+                raise EntryError('%s: content only applies to state file, not %s' % (_where(index, path), entry['state']))
+            results.append(CONVERGE[entry['state']](module, index, entry))
+        except (EntryError, OSError) as exc:
+            message = str(exc) if isinstance(exc, EntryError) else '%s: %s' % (_where(index, path), to_native(exc))
+            module.fail_json(msg=message, files=results, changed=any(r['changed'] for r in results),
+                             changed_paths=[r['path'] for r in results if r['changed']])
+    module.exit_json(changed=any(r['changed'] for r in results), files=results,
+                     changed_paths=[r['path'] for r in results if r['changed']])
+
+
+if __name__ == '__main__':
+    main()

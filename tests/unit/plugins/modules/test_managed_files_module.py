@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""managed_files end to end: the module runs in its own Python process the way Ansible runs it
+(an args file holding ANSIBLE_MODULE_ARGS) on a table under tmp_path, and what it wrote (and
+answered) is checked: one call converges the whole table, a rerun changes nothing, check mode
+writes nothing, a failed validate keeps the old file, contents never come back."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'managed_files.py')
+NODE_STATE = os.path.join(ROOT, 'plugins', 'modules', 'node_state.py')
+COLLECTIONS_ROOT = next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+MY_GROUP = grp.getgrgid(os.getgid()).gr_name
+SECRET = 'token: kvpin-s3cret-value\n'
+
+
+def run_module(tmp_path, module, args, check_mode=False):
+    args = dict(args, _ansible_check_mode=check_mode)
+    args_file = tmp_path / 'args.json'
+    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': COLLECTIONS_ROOT,
+           'HOME': str(tmp_path), 'LC_ALL': 'C.UTF-8'}
+    proc = subprocess.run([sys.executable, module, str(args_file)], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert 'Traceback' not in proc.stderr, proc.stderr
+    assert 'kvpin-s3cret-value' not in proc.stdout + proc.stderr  # contents never come back
+    return json.loads(proc.stdout)
+
+
+def table(root, secret=SECRET, unit='[Unit]\nDescription=x\n', validate=None):
+    config = {'path': str(root / 'data' / 'config.yaml'), 'content': secret, 'owner': ME, 'group': MY_GROUP,
+              'mode': '0600', 'backup': True}
+    if validate:
+        config['validate'] = validate
+    return [
+        {'path': str(root / 'data'), 'state': 'directory', 'owner': ME, 'group': MY_GROUP, 'mode': '0750'},
+        config,
+        {'path': str(root / 'unit.service'), 'content': unit, 'owner': ME, 'group': MY_GROUP, 'mode': '0644'},
+    ]
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_one_call_writes_the_table_and_a_rerun_changes_nothing(tmp_path):
+    files = table(tmp_path)
+    first = run_module(tmp_path, MODULE, {'files': files})
+    assert first.get('failed') is not True, first
+    assert first['changed'] is True
+    assert first['changed_paths'] == [f['path'] for f in files]
+    assert [r['created'] for r in first['files']] == [True, True, True]
+    assert (tmp_path / 'data' / 'config.yaml').read_text() == SECRET
+    assert mode_of(tmp_path / 'data') == 0o750
+    assert mode_of(tmp_path / 'data' / 'config.yaml') == 0o600
+    assert mode_of(tmp_path / 'unit.service') == 0o644
+    # No temporary file left next to the written ones.
+    assert sorted(os.listdir(tmp_path / 'data')) == ['config.yaml']
+    again = run_module(tmp_path, MODULE, {'files': files})
+    assert again['changed'] is False and again['changed_paths'] == []
+    # What node_state (the rerun's check) says about the same table: in sync.
+    checks = [dict((k, v) for k, v in f.items() if k not in ('content', 'backup', 'validate')) for f in files]
+    import hashlib  # pylint: disable=import-outside-toplevel
+    for check, entry in zip(checks, files):
+        if 'content' in entry:
+            check['sha1'] = hashlib.sha1(entry['content'].encode()).hexdigest()
+    state = run_module(tmp_path, NODE_STATE, {'checks': [{'name': 'role', 'files': checks}]})
+    assert state['in_sync'] is True, state
+
+
+def test_only_what_differs_changes_and_a_replaced_file_is_backed_up(tmp_path):
+    run_module(tmp_path, MODULE, {'files': table(tmp_path)})
+    os.chmod(tmp_path / 'unit.service', 0o600)
+    result = run_module(tmp_path, MODULE, {'files': table(tmp_path, secret='token: other\n')})
+    assert result['changed_paths'] == [str(tmp_path / 'data' / 'config.yaml'), str(tmp_path / 'unit.service')]
+    backup = result['files'][1]['backup_file']
+    assert backup and open(backup).read() == SECRET and mode_of(backup) == 0o600
+    assert result['files'][2]['backup_file'] == ''  # a mode change replaces nothing
+    assert mode_of(tmp_path / 'unit.service') == 0o644
+
+
+def test_check_mode_reports_and_writes_nothing(tmp_path):
+    result = run_module(tmp_path, MODULE, {'files': table(tmp_path)}, check_mode=True)
+    assert result['changed'] is True and len(result['changed_paths']) == 3
+    assert not (tmp_path / 'data').exists() and not (tmp_path / 'unit.service').exists()
+
+
+def test_failed_validate_keeps_the_old_file_and_names_the_entry(tmp_path):
+    run_module(tmp_path, MODULE, {'files': table(tmp_path)})
+    result = run_module(tmp_path, MODULE, {'files': table(tmp_path, secret='token: new\n', validate='/bin/false %s')})
+    assert result['failed'] is True
+    assert 'files[1]' in result['msg'] and 'config.yaml' in result['msg'] and 'validate failed' in result['msg']
+    assert (tmp_path / 'data' / 'config.yaml').read_text() == SECRET
+    assert sorted(os.listdir(tmp_path / 'data')) == ['config.yaml']
+
+
+def test_bad_entries_fail_naming_index_and_path(tmp_path):
+    (tmp_path / 'adir').mkdir()
+    cases = [
+        ([{'path': 'relative/file', 'content': 'x'}], 'files[0] (relative/file): path must be absolute'),
+        ([{'path': str(tmp_path / 'f'), 'content': 'x'}, {'path': str(tmp_path / 'f'), 'content': 'y'}],
+         'files[1]'),
+        ([{'path': str(tmp_path / 'adir'), 'content': SECRET}], 'not a regular file'),
+        ([{'path': str(tmp_path / 'f2')}], 'state file needs content'),
+        ([{'path': str(tmp_path / 'd'), 'state': 'directory', 'content': SECRET}], 'content only applies'),
+        ([{'path': str(tmp_path / 'no' / 'such' / 'f'), 'content': SECRET}], 'does not exist'),
+    ]
+    for files, message in cases:
+        result = run_module(tmp_path, MODULE, {'files': files})
+        assert result.get('failed') is True and message in result['msg'], (files, result)
+
+
+def test_absent_removes(tmp_path):
+    (tmp_path / 'stale.json').write_text('{}')
+    result = run_module(tmp_path, MODULE, {'files': [{'path': str(tmp_path / 'stale.json'), 'state': 'absent'}]})
+    assert result['changed'] is True and not (tmp_path / 'stale.json').exists()
+    assert run_module(tmp_path, MODULE, {'files': [{'path': str(tmp_path / 'stale.json'), 'state': 'absent'}]})['changed'] is False
