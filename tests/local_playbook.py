@@ -8,6 +8,7 @@ sys.path for tests/conftest.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,3 +41,18 @@ def run_tasks_on_localhost(work, tasks, *options, timeout=300, play_vars=None):
                ANSIBLE_RETRY_FILES_ENABLED='0')
     return subprocess.run([PLAYBOOK, '-i', str(inventory), str(playbook)] + list(options), env=env,
                           cwd=str(work), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_module_file(work, module, args):
+    """Run one module file in its own Python process the way Ansible runs it (an args file
+    holding ANSIBLE_MODULE_ARGS), on the collection as it is checked out, with a clean
+    environment under the directory ``work``; returns the CompletedProcess. A traceback is a
+    failure here: bad input must come back as a message."""
+    args_file = work / 'args.json'
+    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': collections_root(),
+           'HOME': str(work), 'LC_ALL': 'C.UTF-8'}
+    proc = subprocess.run([sys.executable, module, str(args_file)], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert 'Traceback' not in proc.stderr, proc.stderr
+    return proc

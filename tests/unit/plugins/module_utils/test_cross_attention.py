@@ -9,9 +9,9 @@ with max_num_encoder_input_tokens = Whisper's max_source_positions (1500)."""
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
+from safetensors_files import write_safetensors  # pylint: disable=import-error
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
@@ -123,16 +123,8 @@ def test_proj_out_is_tied_whatever_the_config_says():
 
 
 def _write_safetensors(path, tensors):
-    """A structurally valid safetensors file: u64 header length, JSON header, zero payload."""
-    header, offset = {'__metadata__': {'format': 'pt'}}, 0
-    for name, size in tensors.items():
-        header[name] = {'dtype': 'F16', 'shape': [size // 2], 'data_offsets': [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    with open(path, 'wb') as handle:
-        handle.write(struct.pack('<Q', len(raw)))
-        handle.write(raw)
-        handle.write(b'\0' * offset)
+    """A structurally valid safetensors file (tests/safetensors_files.py) of F16 tensors."""
+    write_safetensors(path, tensors, dtype='F16')
 
 
 def test_a_whisper_model_directory_loads_with_its_safetensors_bytes(tmp_path):

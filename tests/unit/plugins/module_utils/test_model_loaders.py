@@ -10,6 +10,7 @@ import os
 import struct
 
 import pytest
+from safetensors_files import write_safetensors  # pylint: disable=import-error
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
@@ -318,19 +319,9 @@ def test_non_positive_weight_bytes_rejected():
 # ------------------------------------------------------------------ model directories
 
 def _write_safetensors(path, payload_bytes, tensors=None):
-    """A structurally valid safetensors file: u64 header length, JSON header, payload.
+    """A structurally valid safetensors file (tests/safetensors_files.py), BF16 tensors.
     ``tensors``: {name: bytes}; default one tensor 'w' of ``payload_bytes``."""
-    tensors = tensors or {'w': payload_bytes}
-    header, offset = {'__metadata__': {'format': 'pt'}}, 0
-    for name, size in tensors.items():
-        header[name] = {'dtype': 'BF16', 'shape': [size // 2],
-                        'data_offsets': [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    with open(path, 'wb') as handle:
-        handle.write(struct.pack('<Q', len(raw)))
-        handle.write(raw)
-        handle.write(b'\0' * offset)
+    write_safetensors(path, tensors or {'w': payload_bytes})
 
 
 def test_model_dir_with_index_is_exact():

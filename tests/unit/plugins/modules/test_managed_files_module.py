@@ -13,13 +13,12 @@ import json
 import os
 import pwd
 import stat
-import subprocess
-import sys
+
+from local_playbook import run_module_file  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'managed_files.py')
 NODE_STATE = os.path.join(ROOT, 'plugins', 'modules', 'node_state.py')
-COLLECTIONS_ROOT = next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
@@ -27,14 +26,7 @@ SECRET = 'token: kvpin-s3cret-value\n'
 
 
 def run_module(tmp_path, module, args, check_mode=False):
-    args = dict(args, _ansible_check_mode=check_mode)
-    args_file = tmp_path / 'args.json'
-    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': COLLECTIONS_ROOT,
-           'HOME': str(tmp_path), 'LC_ALL': 'C.UTF-8'}
-    proc = subprocess.run([sys.executable, module, str(args_file)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert 'Traceback' not in proc.stderr, proc.stderr
+    proc = run_module_file(tmp_path, module, dict(args, _ansible_check_mode=check_mode))
     assert 'kvpin-s3cret-value' not in proc.stdout + proc.stderr  # contents never come back
     return json.loads(proc.stdout)
 

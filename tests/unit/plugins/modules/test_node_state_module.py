@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from local_playbook import run_module_file  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'node_state.py')
@@ -27,13 +28,7 @@ SECRET = b'token: kvpin-s3cret-value\n'
 
 
 def run_module(tmp_path, args):
-    args_file = tmp_path / 'args.json'
-    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': COLLECTIONS_ROOT,
-           'HOME': str(tmp_path), 'LC_ALL': 'C.UTF-8'}
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert 'Traceback' not in proc.stderr, proc.stderr
+    proc = run_module_file(tmp_path, MODULE, args)
     assert 'kvpin-s3cret-value' not in proc.stdout  # file contents never come back
     return json.loads(proc.stdout)
 
