@@ -204,8 +204,8 @@ def plan_entry(entry, old=False):
     spec = resolve_model(_model_name(entry))
     total = nvml_total(entry)
     tp = entry['tensor_parallel_size']
-    gpus = [dict(index=i, name=entry['gpu'], memory_total=total, processes=other_processes(entry))
-            for i in range(tp)]
+    processes = other_processes(entry)
+    gpus = [dict(index=i, name=entry['gpu'], memory_total=total, processes=processes) for i in range(tp)]
     if old:
         gpus = [dict(g, memory_total_cuda=total, memory_total_cuda_source='NVML total (old)') for g in gpus]
     version_text = entry['vllm_version'] or ASSUMED_VERSION

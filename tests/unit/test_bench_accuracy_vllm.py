@@ -160,7 +160,8 @@ def test_a_run_next_to_other_processes_is_refused_by_the_node_ledger_not_by_the_
     assert 'pid 4257 87598039 B' in problems[0] and 'processes outside GPUStack' in problems[0]
     # on a GPU of its own (no process listed) the same plan passes the ledger too
     idle = dict(row, other_processes=None)
-    plan_idle, gpus_idle = bench.plan_entry(idle)[1], bench.plan_entry(idle)[7]
+    planned_idle = bench.plan_entry(idle)
+    plan_idle, gpus_idle = planned_idle[1], planned_idle[7]
     assert gpus_idle[0]['processes'] == []
     assert bench.fleet_verdict(row['id'], plan_idle, gpus_idle) == (True, [])
 
