@@ -76,6 +76,12 @@ LAB_LEFT_UP=0
 step_molecule() {
     local destroy=always
     if [[ " ${STEPS[*]} " == *" integration "* ]]; then destroy=never; LAB_LEFT_UP=1; fi
+    # --destroy=never also skips the sequence's first destroy, and molecule's create then trusts
+    # the state file a run before this one may have left in ~/.ansible/tmp ("instances already
+    # created") and converges onto no lab at all. Destroy first, which resets that state.
+    if [[ $destroy == never ]]; then
+        PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" destroy -s default || return
+    fi
     PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" test -s default --destroy="$destroy"
 }
 
@@ -119,7 +125,8 @@ main() {
     done
     if ((LAB_LEFT_UP)); then
         banner "lab down (left up by the molecule step for the integration step)"
-        bash "$REPO/scripts/lab.sh" down || true
+        # Through molecule, so its state file says "not created" again for the next run.
+        PATH="$VENV_BIN:$PATH" "$VENV_BIN/molecule" destroy -s default || bash "$REPO/scripts/lab.sh" down || true
     fi
     banner "timing"
     printf '%-12s %-8s %8s\n' step result seconds
