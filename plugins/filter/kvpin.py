@@ -113,10 +113,13 @@ def kvpin_container_gpu_problems(engine, version=None, runtimes=None, cdi_specs=
         raise AnsibleFilterError('kvpin_container_gpu_problems: %s' % exc)
 
 
-def kvpin_file_checks(table):
-    """node_state ``files`` entries for a role's table of managed files (content -> sha1)."""
+def kvpin_file_checks(table, paths_only=False):
+    """node_state ``files`` entries for a role's table of managed files (content -> sha1, or
+    with ``paths_only`` -> read_sha1, the content not rendered)."""
+    if not isinstance(paths_only, bool):
+        raise AnsibleFilterError('kvpin_file_checks: paths_only must be true or false, got %r' % (paths_only,))
     try:
-        return file_checks(table)
+        return file_checks(table, paths_only=paths_only)
     except ManagedFileError as exc:
         raise AnsibleFilterError('kvpin_file_checks: %s' % exc)
 

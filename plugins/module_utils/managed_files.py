@@ -33,9 +33,14 @@ def content_sha1(content):
     return hashlib.sha1(content.encode('utf-8', 'surrogateescape')).hexdigest()
 
 
-def file_checks(table):
+def file_checks(table, paths_only=False):
     """node_state ``files`` entries for ``table`` (a list of entries, in order): every key but
-    ``content`` as given, ``content`` replaced by its ``sha1``."""
+    ``content`` as given, ``content`` replaced by its ``sha1``.
+
+    ``paths_only``: ``content`` becomes ``read_sha1: true`` and is never read, so a lazily
+    templated table (ansible-core 2.19 hands filters lazy containers; 2.18 renders it first,
+    with the same result) renders no template: what a probe needs to observe the files before
+    the contents are known (site.yml's first pass)."""
     if not isinstance(table, (list, tuple)):
         raise ManagedFileError('expected a list of file entries, got %s' % type(table).__name__)
     checks = []
@@ -53,16 +58,20 @@ def file_checks(table):
         if path in seen:
             raise ManagedFileError('%s: the table already has an entry for this path' % _where(index, entry))
         seen.add(path)
-        check = dict((key, value) for key, value in entry.items() if key != 'content')
+        # Key by key, never items(): reading the content value would render it.
+        check = dict((key, entry[key]) for key in entry if key != 'content')
         if 'content' in entry:
-            content = entry['content']
-            if not isinstance(content, str):
-                # The type only: the content itself may be a secret.
-                raise ManagedFileError('%s: content must be a string, got %s'
-                                       % (_where(index, entry), type(content).__name__))
             if entry.get('state', 'file') != 'file':
                 raise ManagedFileError('%s: content only applies to state file, not %s'
                                        % (_where(index, entry), entry.get('state')))
-            check['sha1'] = content_sha1(content)
+            if paths_only:
+                check['read_sha1'] = True
+            else:
+                content = entry['content']
+                if not isinstance(content, str):
+                    # The type only: the content itself may be a secret.
+                    raise ManagedFileError('%s: content must be a string, got %s'
+                                           % (_where(index, entry), type(content).__name__))
+                check['sha1'] = content_sha1(content)
         checks.append(check)
     return checks

@@ -112,6 +112,9 @@ class FileSpec:
     # For a directory: the names it must hold, exactly (an extra entry is drift: a leftover of
     # something removed from the inventory, such as a deleted deployment's watchdog config).
     entries: Optional[Tuple[str, ...]] = None
+    # Read the content's sha1 without a wanted value: a check that only says what to observe
+    # (site.yml's probe runs before the plans that decide the contents exist).
+    read_sha1: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,9 @@ def _parse_file(check, index, raw):
         if state != 'file':
             raise NodeStateInputError(check, where + '.sha1', sha1, 'only applies to state file, not %s' % state)
         sha1 = sha1.lower()
+    read_sha1 = _optional_bool(check, where + '.read_sha1', raw.get('read_sha1'))
+    if read_sha1 and state != 'file':
+        raise NodeStateInputError(check, where + '.read_sha1', read_sha1, 'only applies to state file, not %s' % state)
     mode = parse_mode(check, where + '.mode', raw.get('mode'))
     owner = raw.get('owner')
     group = raw.get('group')
@@ -247,7 +253,8 @@ def _parse_file(check, index, raw):
         if not isinstance(entries, list) or not all(isinstance(e, str) and e and '/' not in e for e in entries):
             raise NodeStateInputError(check, where + '.entries', entries, 'must be a list of file names')
         entries = tuple(sorted(set(entries)))
-    return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group, entries=entries)
+    return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group, entries=entries,
+                    read_sha1=bool(read_sha1))
 
 
 def _optional_bool(check, field_name, value):
@@ -441,7 +448,7 @@ def compare_file(spec, seen):
 
 def file_drift(spec):
     """Drift lines for one FileSpec (empty when the path matches)."""
-    return compare_file(spec, observe_file(spec.path, want_sha1=spec.sha1 is not None,
+    return compare_file(spec, observe_file(spec.path, want_sha1=spec.sha1 is not None or spec.read_sha1,
                                            want_entries=spec.entries is not None))
 
 
@@ -672,7 +679,7 @@ def observe(checks, systemctl=None):
     files = {}
     for check in checks:
         for spec in check.files:
-            want_sha1 = spec.sha1 is not None
+            want_sha1 = spec.sha1 is not None or spec.read_sha1
             want_entries = spec.entries is not None
             seen = files.get(spec.path)
             if seen is None or (want_sha1 and 'sha1' not in seen) or (want_entries and 'entries' not in seen):

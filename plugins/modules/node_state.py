@@ -59,6 +59,14 @@ options:
               - Hex sha1 of the wanted content (only with O(checks[].files[].state=file)).
               - Without it only presence, type, mode, owner and group are compared.
             type: str
+          read_sha1:
+            description:
+              - Read the content's sha1 without a wanted value (only with
+                O(checks[].files[].state=file)), for a check that only says what to observe (the
+                O(kvpin.fleet.gpu_facts#module:observe) option, compared later on the controller).
+              - Compares nothing by itself.
+            type: bool
+            default: false
           mode:
             description:
               - Wanted permission bits as an octal string, for example C("0600") or C("755").
@@ -276,6 +284,7 @@ def argument_spec():
                 # Not `choices`: an unknown state fails in parse_checks, naming the check.
                 state=dict(type='str', default='file'),
                 sha1=dict(type='str'),
+                read_sha1=dict(type='bool', default=False),
                 mode=dict(type='raw'),
                 owner=dict(type='str'),
                 group=dict(type='str'),

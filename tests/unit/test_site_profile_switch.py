@@ -70,6 +70,7 @@ def run_site_phases(tmp_path, monkeypatch, deployments):
         _dump(tmp_path, 'targets_before', 'serving_watchdog_targets'),
         _dump(tmp_path, 'files_before', watchdog_files),
         _dump(tmp_path, 'units_before', 'serving_watchdog_desired_state.units'),
+        _dump(tmp_path, 'rows_before', 'serving_watchdog_desired_state.files'),
         {'name': 'Probe', 'kvpin.fleet.gpu_facts': {'library_path': stub_library_path()}},
         {'name': 'Plan', 'ansible.builtin.include_tasks': PLAN_TASKS},
         after,
@@ -109,6 +110,18 @@ def test_before_planning_the_probe_observes_the_switch_units_of_a_traffic_classe
     assert '/etc/systemd/system/kvpin-profile-switch-day-night.timer' in files
     assert not [f for f in files if 'kvpin-profile-switch-plain' in f]
     assert 'kvpin-profile-switch-day-night.timer' in [u['name'] for u in scheduled_run['units_before']]
+
+
+def test_before_planning_the_state_is_paths_only_and_after_it_has_every_sha1(scheduled_run):
+    # site.yml's first pass renders no content (the probe reads each file's sha1 for the later
+    # comparison); the pass after planning has the sha1 of every file with content.
+    before = {f['path']: f for f in scheduled_run['rows_before']}
+    after = {f['path']: f for f in scheduled_run['files_after']}
+    assert not [path for path, row in before.items() if 'sha1' in row]
+    read = sorted(path for path, row in before.items() if row.get('read_sha1'))
+    assert '/etc/systemd/system/kvpin-profile-switch-day-night.timer' in read
+    assert read == sorted(path for path, row in after.items() if 'sha1' in row)
+    assert not [path for path, row in after.items() if 'read_sha1' in row]
 
 
 def test_after_planning_the_targets_hold_the_plans_profiles_and_a_timer_edge_per_window(scheduled_run):

@@ -9,7 +9,8 @@ with their `when:`), and run with ansible-playbook on localhost (connection loca
 checks whose files live in a temp dir. The only change: each include_role names a recording
 role (in the temp dir) instead of the real one, so that nothing is installed on this machine;
 the gate's conditions, vars and the real gpu_facts observation and kvpin_node_drift comparison
-are what runs. Dropping the `not` of a gate, or comparing against the wrong check, fails here.
+are what runs, the probe given paths-only checks (read_sha1) as site.yml's first State pass makes
+them, the comparison the full ones. Dropping the `not` of a gate, or comparing against the wrong check, fails here.
 """
 from __future__ import annotations
 
@@ -58,7 +59,12 @@ def gate_play(tmp_path_factory):
         pytest.skip('ansible-playbook is not next to this Python')
     tmp = tmp_path_factory.mktemp('gate')
     play, probe, compare, gates = _site_tasks()
-    tasks = [copy.deepcopy(probe), copy.deepcopy(compare)]
+    # As in site.yml, the probe is given the paths-only checks (read_sha1, no wanted content:
+    # the first State pass) and the comparison the full ones (the pass after planning).
+    tasks = [{'name': 'first pass', 'ansible.builtin.set_fact': {'kvpin_managed_checks': '{{ gate_probe_checks }}'}},
+             copy.deepcopy(probe),
+             {'name': 'second pass', 'ansible.builtin.set_fact': {'kvpin_managed_checks': '{{ gate_checks }}'}},
+             copy.deepcopy(compare)]
     for check, task in sorted(gates.items()):
         task = copy.deepcopy(task)
         task['ansible.builtin.include_role']['name'] = 'record_' + check
@@ -83,7 +89,9 @@ def _run(gate_play, worker_file, watchdog_file):
         {'name': 'gpustack_worker', 'files': [{'path': str(tmp / 'config.yaml'), 'sha1': _sha1(worker_file), 'mode': '0600'}]},
         {'name': 'serving_watchdog', 'files': [{'path': str(tmp / 'watchdog.json'), 'sha1': _sha1(watchdog_file), 'mode': '0644'}]},
     ]
-    extra = {'kvpin_managed_checks': checks, 'kvpin_gpu_facts_required': False,
+    probe_checks = [dict(check, files=[dict([(k, v) for k, v in f.items() if k != 'sha1'], read_sha1=True)
+                                       for f in check['files']]) for check in checks]
+    extra = {'gate_checks': checks, 'gate_probe_checks': probe_checks, 'kvpin_gpu_facts_required': False,
              'kvpin_deployments': [{'name': 'fixture'}], 'ansible_python_interpreter': sys.executable}
     (tmp / 'extra.json').write_text(json.dumps(extra))
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(tmp / 'roles'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')

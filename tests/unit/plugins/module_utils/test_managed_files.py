@@ -57,3 +57,46 @@ def test_the_filter_is_the_function_and_names_itself_in_errors():
     assert kvpin_file_checks([{'path': '/x', 'content': 'a'}]) == file_checks([{'path': '/x', 'content': 'a'}])
     with pytest.raises(AnsibleFilterError, match=r'kvpin_file_checks: files\[0\]: must be a dict'):
         kvpin_file_checks([3])
+
+
+class _ContentNeverRead(dict):
+    """A table row as Ansible 2.19 hands it to a filter (lazy): reading ``content`` would
+    render its template; here it fails the test."""
+
+    def __getitem__(self, key):
+        if key == 'content':
+            raise AssertionError('paths_only read the content')
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        if key == 'content':
+            raise AssertionError('paths_only read the content')
+        return dict.get(self, key, default)
+
+    def items(self):
+        raise AssertionError('items() reads every value, the content too')
+
+    def values(self):
+        raise AssertionError('values() reads every value, the content too')
+
+
+def test_paths_only_says_read_the_sha1_and_never_reads_the_content():
+    table = [_ContentNeverRead(path='/var/lib/gpustack', state='directory', mode='0750'),
+             _ContentNeverRead(path='/var/lib/gpustack/config.yaml', content=SECRET, owner='root', mode='0600')]
+    checks = file_checks(table, paths_only=True)
+    assert checks == [{'path': '/var/lib/gpustack', 'state': 'directory', 'mode': '0750'},
+                      {'path': '/var/lib/gpustack/config.yaml', 'read_sha1': True, 'owner': 'root', 'mode': '0600'}]
+    [check] = parse_checks([{'name': 'role', 'files': checks}])
+    assert check.files[1].read_sha1 and check.files[1].sha1 is None
+    # The full checks of the same table (what the comparison gets) still read and hash it.
+    assert file_checks([dict(row) for row in table])[1]['sha1'] == hashlib.sha1(SECRET.encode()).hexdigest()
+    # Content on a directory is refused either way.
+    with pytest.raises(ManagedFileError, match=r'content only applies to state file'):
+        file_checks([_ContentNeverRead(path='/d', state='directory', content='x')], paths_only=True)
+
+
+def test_the_filter_takes_paths_only_as_a_bool():
+    kvpin_file_checks = FilterModule().filters()['kvpin_file_checks']
+    assert kvpin_file_checks([{'path': '/x', 'content': 'a'}], paths_only=True) == [{'path': '/x', 'read_sha1': True}]
+    with pytest.raises(AnsibleFilterError, match=r"kvpin_file_checks: paths_only must be true or false, got 'yes'"):
+        kvpin_file_checks([{'path': '/x', 'content': 'a'}], paths_only='yes')

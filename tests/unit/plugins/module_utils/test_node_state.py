@@ -37,6 +37,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     http_drift,
     http_status,
     parse_checks,
+    observe,
     parse_systemctl_show,
     python_package_drift,
     read_unit_states,
@@ -143,6 +144,8 @@ def test_sha1_is_compared_lower_case_and_trailing_slash_dropped():
     ([{'path': '/x', 'state': 'link'}], 'files[0].state', 'link'),
     ([{'path': '/x', 'sha1': 'abc'}], 'files[0].sha1', 'abc'),
     ([{'path': '/x', 'state': 'directory', 'sha1': 'a' * 40}], 'files[0].sha1', 'a' * 40),
+    ([{'path': '/x', 'read_sha1': 'yes'}], 'files[0].read_sha1', 'yes'),
+    ([{'path': '/x', 'state': 'absent', 'read_sha1': True}], 'files[0].read_sha1', True),
 ])
 def test_file_input_errors_name_check_field_and_value(files, field_name, value):
     with pytest.raises(NodeStateInputError) as raised:
@@ -621,3 +624,21 @@ def test_enabled_runtime_and_friends_are_drift_through_the_controller_comparison
     assert summary['drift'] == ['gpustack_worker: gpustack.service: not enabled (UnitFileState %s)' % unit_file_state]
     observation['units']['gpustack.service']['properties']['UnitFileState'] = 'enabled'
     assert summarize(compare([check], observation))['in_sync'] is True
+
+
+def test_read_sha1_observes_the_content_for_a_later_comparison(tmp_path):
+    """site.yml's probe gets paths-only checks (read_sha1, no wanted sha1); the comparison after
+    planning, on the controller, gets the full ones and must see the content."""
+    path = tmp_path / 'config.yaml'
+    path.write_bytes(b'worker: 1\n')
+    probe_checks = parse_checks([{'name': 'worker', 'files': [{'path': str(path), 'read_sha1': True}]}])
+    observation = json.loads(json.dumps(observe(probe_checks)))
+    assert observation['files'][str(path)]['sha1'] == hashlib.sha1(b'worker: 1\n').hexdigest()
+    full = parse_checks([{'name': 'worker', 'files': [{'path': str(path), 'sha1': hashlib.sha1(b'worker: 2\n').hexdigest()}]}])
+    [result] = compare(full, observation)
+    assert [line.split(' (')[0] for line in result.drift] == ['%s: content differs' % path]
+    # Without read_sha1 the content is not read, and the comparison says so.
+    [result] = compare(full, json.loads(json.dumps(observe(parse_checks([{'name': 'worker', 'files': [{'path': str(path)}]}])))))
+    assert result.drift == ['%s: content not observed' % path]
+    # read_sha1 compares nothing by itself.
+    assert file_drift(probe_checks[0].files[0]) == []
