@@ -282,8 +282,13 @@ class GpustackClient:
         """from_params for an AnsibleModule; the key as sent (stripped) is masked in all its output
         too, not only the key as given."""
         client = cls.from_params(module.params)
-        module.no_log_values.add(client._api_key)
+        module.no_log_values.update(client.secret_values())
         return client
+
+    def secret_values(self):
+        """What to mask in every output: the key as sent (stripped; the key as given is a no_log
+        option already)."""
+        return {self._api_key}
 
     def scrub(self, text):
         """``text`` with the API key masked (servers may echo what they were sent)."""

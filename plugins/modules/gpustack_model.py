@@ -197,116 +197,18 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
-    ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_model_apply import (
+    gpustack_model_argument_spec, gpustack_model_result,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
-    RecordInputError, ServerRecordError, desired_model_fields, misplaced_instances, model_create_body,
-    model_update_body, plan_model_change,
-)
-
-RESOURCE = 'models'
-INSTANCES = 'model-instances'
-
-
-def argument_spec():
-    spec = gpustack_connection_argument_spec()
-    spec.update(
-        state=dict(type='str', choices=['present', 'absent'], default='present'),
-        name=dict(type='str', required=True),
-        cluster_id=dict(type='int'),
-        source=dict(type='str', choices=['huggingface', 'model_scope', 'local_path']),
-        huggingface_repo_id=dict(type='str'),
-        huggingface_filename=dict(type='str'),
-        model_scope_model_id=dict(type='str'),
-        model_scope_file_path=dict(type='str'),
-        local_path=dict(type='str'),
-        backend=dict(type='str'),
-        backend_version=dict(type='str'),
-        backend_parameters=dict(type='list', elements='str'),
-        vram_claim_bytes=dict(type='int'),
-        env=dict(type='dict'),
-        worker_selector=dict(type='dict'),
-        gpu_selector=dict(type='dict', options=dict(
-            gpu_ids=dict(type='list', elements='str'),
-            gpus_per_replica=dict(type='int'),
-        )),
-        replicas=dict(type='int'),
-        categories=dict(type='list', elements='str'),
-        placement_strategy=dict(type='str', choices=['spread', 'binpack']),
-        restart_on_error=dict(type='bool'),
-        distributed_inference_across_workers=dict(type='bool'),
-    )
-    return spec
-
-
-def run(module, client):
-    params = module.params
-    desired = desired_model_fields(params, client.api_version)
-    existing = client.find_by_name(RESOURCE, params['name'])
-    if existing is not None:
-        # List answers may be abridged; the update body must start from the full record.
-        existing = client.get(RESOURCE, existing['id'])
-    decision = plan_model_change(existing, desired, params['state'])
-    action = decision['action']
-    result = dict(changed=action != 'none', action=action, changes=decision['changes'],
-                  api_version=client.api_version, model=existing or {})
-    if module._diff:
-        result['diff'] = dict(before=decision['before'], after=decision['after'])
-
-    if action == 'create':
-        body = model_create_body(desired)
-        result['model'] = body if module.check_mode else client.create(RESOURCE, body)
-    elif action == 'update':
-        body = model_update_body(existing, desired)
-        result['model'] = body if module.check_mode else client.replace(RESOURCE, existing['id'], body)
-        if decision['before'].get('gpu_selector') != decision['after'].get('gpu_selector'):
-            result['replaced_instances'] = replace_misplaced_instances(
-                module, client, existing['id'], decision['after'].get('gpu_selector'))
-    elif action == 'delete':
-        result['model'] = {}
-        if not module.check_mode:
-            client.delete(RESOURCE, existing['id'])
-    return result
-
-
-def replace_misplaced_instances(module, client, model_id, gpu_selector):
-    """Delete the model's instances placed on GPUs outside its new GPU selector, so that
-    GPUStack recreates them where the selector says (it keeps an instance's GPUs otherwise).
-    Returns their names; in check mode deletes nothing and names what it would delete."""
-    instances = client.list_all(INSTANCES, {'model_id': model_id})
-    misplaced = misplaced_instances(instances, model_id, gpu_selector)
-    for instance in misplaced:
-        if not module.check_mode:
-            client.delete(INSTANCES, instance['id'])
-    return [instance['name'] for instance in misplaced]
-
-
-def _unknown_outcome(error):
-    if error.status is None and error.method in ('POST', 'PUT', 'DELETE'):
-        return ' (no answer came: the server may or may not have applied the %s; rerun to see)' % error.method
-    return ''
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    params = module.params
-    try:
-        client = GpustackClient.from_module(module)
-        result = run(module, client)
-    except (RecordInputError, ClientInputError) as error:
-        module.fail_json(msg='gpustack_model %s: invalid %s' % (params['name'], error), field=error.field)
-    except ServerRecordError as error:
-        module.fail_json(msg='gpustack_model %s: the server answered a malformed record, nothing was written: %s'
-                         % (params['name'], error), field=error.field)
-    except GpustackApiError as error:
-        # One write per run: nothing is written unless the write itself answered (a write with no
-        # answer - status None after it was sent - may have been applied; the message says so).
-        module.fail_json(msg='gpustack_model %s: %s%s' % (params['name'], error, _unknown_outcome(error)),
-                         status=error.status, server_message=error.server_message, method=error.method,
-                         path=error.path)
-    except ValueError as error:
-        module.fail_json(msg='gpustack_model %s: %s' % (params['name'], error))
+    module = AnsibleModule(argument_spec=gpustack_model_argument_spec(), supports_check_mode=True)
+    # The key as sent joins the no_log values, so exit_json/fail_json mask it wherever it appears.
+    result = gpustack_model_result(module.params, check_mode=module.check_mode, diff=module._diff,
+                                   keys_to_mask=module.no_log_values)
+    if result.pop('failed', False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 
