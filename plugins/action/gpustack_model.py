@@ -22,6 +22,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_model_apply import (
     gpustack_model_argument_spec, gpustack_model_result,
 )
@@ -39,7 +40,7 @@ class ActionModule(ActionBase):
         del tmp  # tmp no longer has any effect
 
         if not self._runs_in_this_process():
-            result.update(self._run_module(task_vars))
+            result.update(run_module_as_usual(self, MODULE_NAME, task_vars))
             return result
 
         # The module's own argument validation (AnsibleModule runs the same validator): same
@@ -69,12 +70,3 @@ class ActionModule(ActionBase):
         environment = {}
         self._compute_environment_string(environment)
         return not environment
-
-    def _run_module(self, task_vars):
-        wrap_async = self._task.async_val and not self._connection.has_native_async
-        try:
-            return self._execute_module(module_name=MODULE_NAME, module_args=self._task.args,
-                                        task_vars=task_vars, wrap_async=wrap_async)
-        finally:
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)

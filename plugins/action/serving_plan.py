@@ -18,6 +18,7 @@ import json
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, model_needs_node_files, serving_plan_result,
 )
@@ -35,7 +36,7 @@ class ActionModule(ActionBase):
         del tmp  # tmp no longer has any effect
 
         if self._task.async_val or model_needs_node_files(self._task.args.get('model')):
-            result.update(self._run_module_on_node(task_vars))
+            result.update(run_module_as_usual(self, MODULE_NAME, task_vars))
             return result
 
         params = self._validated_params()
@@ -55,12 +56,3 @@ class ActionModule(ActionBase):
             # (...) module"; the module names itself by its FQCN, as should this message.
             raise AnsibleActionFail(error.message.replace('(%s)' % self._load_name, '(%s)' % MODULE_NAME),
                                     obj=self._task.args) from None
-
-    def _run_module_on_node(self, task_vars):
-        wrap_async = self._task.async_val and not self._connection.has_native_async
-        try:
-            return self._execute_module(module_name=MODULE_NAME, module_args=self._task.args,
-                                        task_vars=task_vars, wrap_async=wrap_async)
-        finally:
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -69,9 +69,12 @@ def test_rerun_on_an_unchanged_fleet_is_one_remote_call_per_node(fleet):
     sent = lab_fleet.modules_sent(rerun.stdout)
     assert {node: sent.get(node) for node in NODES} == {node: ['gpu_facts'] for node in NODES}
     # The models phase talks to the lab's GPUStack server from the controller (delegate_to:
-    # localhost): one idempotent gpustack_model call per deployment, no node round trip.
+    # localhost): one idempotent gpustack_model run per deployment, no node round trip, and
+    # its action plugin runs it in the controller's process, so no module is sent at all.
     controller = [module for host, modules in sent.items() if host not in NODES for module in modules]
-    assert controller == ['gpustack_model'] * len(NODES), sent
+    assert controller == [], sent
+    deployed = re.findall(r'^(ok|changed): \[(\S+) -> localhost\] => \(item=(\S+)\)', rerun.stdout, re.MULTILINE)
+    assert sorted(deployed) == sorted(('ok', node, first_deployment_name(node)) for node in NODES), deployed
     assert {node: counts['changed'] for node, counts in recap(rerun.stdout).items()} == {node: 0 for node in NODES}
     for node in NODES:
         assert '%s: in sync, nothing to change' % node in rerun.stdout
