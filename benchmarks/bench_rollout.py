@@ -32,6 +32,7 @@ import argparse
 import collections
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -140,10 +141,9 @@ def bench_size(nodes, baseline_play, pairs):
     container = os.environ.get('KVPIN_LAB_PREFIX', '') + DRIFT_NODE
     run_checked(['podman', 'exec', container, 'chmod', '0644', '/var/lib/gpustack/config.yaml'], nodes)
     drift = timed_playbook(nodes, site)
-    rerun_ratios = sorted(r[0] / b[0] for r, b in zip(reruns, baselines))
     return {'facts-only': median_run(baselines), 'cold': cold, 'rerun': median_run(reruns), 'one node off': drift,
             'stats': stats, 'samples': {'facts-only': [b[0] for b in baselines], 'rerun': [r[0] for r in reruns]},
-            'rerun ratio': rerun_ratios[len(rerun_ratios) // 2],
+            'rerun ratio': statistics.median(r[0] / b[0] for r, b in zip(reruns, baselines)),
             'rerun changed': sum(sum(r[1].values()) for r in reruns)}
 
 
