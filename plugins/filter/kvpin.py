@@ -30,6 +30,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_batches import RolloutBatchError, rollout_batches
 from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
@@ -174,6 +175,15 @@ def kvpin_pip_pins(requirements):
         raise AnsibleFilterError('kvpin_pip_pins: %s' % exc)
 
 
+def kvpin_rollout_batches(value, field='kvpin_serial'):
+    """The play's ``serial`` (a batch size or a list of them), each batch checked
+    (module_utils/rollout_batches.py)."""
+    try:
+        return rollout_batches(value, field)
+    except RolloutBatchError as exc:
+        raise AnsibleFilterError('kvpin_rollout_batches: %s' % exc)
+
+
 def kvpin_systemd_env_file(environment, what='environment'):
     """An EnvironmentFile= body (systemd's quoting) for a dict of NAME: value."""
     try:
@@ -222,6 +232,7 @@ class FilterModule(object):
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_plan_report_html': kvpin_plan_report_html,
+            'kvpin_rollout_batches': kvpin_rollout_batches,
             'kvpin_saved_gpu_facts': kvpin_saved_gpu_facts,
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,

@@ -10,6 +10,7 @@ shard; metadata comes from the first shard, tensors from all of them.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import stat
@@ -19,14 +20,14 @@ from typing import Dict, List
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
 
+# gguf is optional, and imported on first use (require_gguf): it pulls numpy in (~150 ms), which
+# every Ansible worker process that loads the planner or a filter would pay for, GGUF or not.
 try:
-    import gguf
-    HAS_GGUF = True
-    GGUF_IMPORT_ERROR = None
-except ImportError as exc:  # ansible-test import sanity: gguf is optional
-    gguf = None
+    HAS_GGUF = importlib.util.find_spec('gguf') is not None
+except (ImportError, ValueError):  # a broken or half-installed package
     HAS_GGUF = False
-    GGUF_IMPORT_ERROR = exc
+GGUF_IMPORT_ERROR = None if HAS_GGUF else ImportError("No module named 'gguf'")
+gguf = None
 
 GGUF_MAGIC = b'GGUF'
 GGUF_VERSIONS = (2, 3)
@@ -73,11 +74,21 @@ class GGUFSummary:
 
 
 def require_gguf():
-    """Raise a ModelSpecError that says what to install when ``gguf`` is missing."""
+    """The ``gguf`` package, imported now if not yet; a ModelSpecError that says what to install
+    when it is missing or cannot be imported."""
+    global gguf, HAS_GGUF, GGUF_IMPORT_ERROR  # pylint: disable=global-statement  # a lazy import
+    if HAS_GGUF and gguf is None:
+        try:
+            import gguf as gguf_package  # pylint: disable=import-outside-toplevel
+        except ImportError as exc:
+            HAS_GGUF, GGUF_IMPORT_ERROR = False, exc
+        else:
+            gguf = gguf_package
     if not HAS_GGUF:
         raise ModelSpecError(
             'model', "reading GGUF files needs the Python package 'gguf' on the host that "
             "runs the planner (pip install gguf): %s" % (GGUF_IMPORT_ERROR,))
+    return gguf
 
 
 def check_regular_file(path):

@@ -38,14 +38,6 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB,
 from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import (
     BYTES, Fitted, describe_together, source_rows_of)
 
-try:
-    from gguf import GGML_QUANT_SIZES as _GGUF_QUANT_SIZES
-    from gguf import GGMLQuantizationType as _GGUF_TYPES
-    HAS_GGUF = True
-except ImportError:  # the built-in table below is then used (a unit test keeps them equal)
-    _GGUF_QUANT_SIZES = None
-    _GGUF_TYPES = None
-    HAS_GGUF = False
 
 # ---------------------------------------------------------------- named constants
 
@@ -121,14 +113,18 @@ _BUILTIN_TYPE_SIZES = {
 def ggml_type_size(type_name):
     """(values per block, bytes per block) of a GGML type name ('Q4_K', 'q8_0', 'f16')."""
     name = str(type_name).upper()
-    if HAS_GGUF:
-        try:
-            return tuple(_GGUF_QUANT_SIZES[_GGUF_TYPES[name]])
-        except KeyError:
-            pass
     if name in _BUILTIN_TYPE_SIZES:
         return _BUILTIN_TYPE_SIZES[name]
-    raise KeyError(name)
+    # A type newer than the built-in table: the gguf package's, imported only then (it pulls
+    # numpy in, which a plan of known types never needs).
+    try:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise KeyError(name)
+    try:
+        return tuple(GGML_QUANT_SIZES[GGMLQuantizationType[name]])
+    except KeyError:
+        raise KeyError(name)
 
 
 def type_bytes(type_name, n_elements):

@@ -1240,7 +1240,7 @@ def spec_from_gguf(path):
         raise ModelSpecError('model', '%s: GGUF key general.file_type must be a small integer' % path)
     if file_type is not None:
         try:
-            file_type_name = gguf_reader.gguf.LlamaFileType(int(file_type)).name
+            file_type_name = gguf_reader.require_gguf().LlamaFileType(int(file_type)).name
         except ValueError:
             file_type_name = 'file_type_%d' % int(file_type)
     layout = GGUFLayout(
