@@ -28,6 +28,7 @@ import errno
 import grp
 import hashlib
 import json
+import math
 import os
 import pwd
 import re
@@ -35,6 +36,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -685,15 +687,16 @@ def observe(checks, systemctl=None):
             if seen is None or (want_sha1 and 'sha1' not in seen) or (want_entries and 'entries' not in seen):
                 files[spec.path] = observe_file(spec.path, want_sha1=want_sha1 or bool(seen and 'sha1' in seen),
                                                 want_entries=want_entries or bool(seen and 'entries' in seen))
-    unit_names = list(dict.fromkeys(unit.name for check in checks for unit in check.units))
-    units = dict((name, {'properties': dict(state.properties), 'error': state.error})
-                 for name, state in read_unit_states(unit_names, systemctl=systemctl).items())
     http = {}
     for check in checks:
         for spec in check.http:
             if spec.url not in http:
                 status, reason = http_status(spec.url, spec.timeout)
                 http[spec.url] = {'status': status, 'error': reason}
+    # The units after the URLs: a service that answered and died right after shows as not active.
+    unit_names = list(dict.fromkeys(unit.name for check in checks for unit in check.units))
+    units = dict((name, {'properties': dict(state.properties), 'error': state.error})
+                 for name, state in read_unit_states(unit_names, systemctl=systemctl).items())
     return dict(
         files=files,
         users=dict((name, user_exists(name)) for check in checks for name in check.users),
@@ -743,6 +746,47 @@ def evaluate(checks, systemctl=None):
     """Compare every CheckSpec with this node: observe, then compare. Returns CheckResults
     in check order."""
     return compare(checks, observe(checks, systemctl=systemctl))
+
+
+# Bounds of a wait (evaluate_until_in_sync): a worker's health wait is minutes, never hours.
+MAX_WAIT_SECONDS = 3600
+MIN_WAIT_DELAY_SECONDS = 0.1
+MAX_WAIT_DELAY_SECONDS = 300
+
+
+class NodeStateWaitError(ValueError):
+    """A wait_timeout or wait_delay out of range: names the option and the value."""
+
+    def __init__(self, field_name, value, problem):
+        super().__init__('%s %r: %s' % (field_name, value, problem))
+        self.field = field_name
+
+
+def check_wait(timeout, delay):
+    """``(timeout, delay)`` as floats, or NodeStateWaitError naming the option."""
+    for name, value, low, high in (('wait_timeout', timeout, 0, MAX_WAIT_SECONDS),
+                                   ('wait_delay', delay, MIN_WAIT_DELAY_SECONDS, MAX_WAIT_DELAY_SECONDS)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not low <= value <= high:
+            raise NodeStateWaitError(name, value, 'must be %s..%s seconds' % (low, high))
+    return float(timeout), float(delay)
+
+
+def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=None, sleep=None):
+    """evaluate() again every ``delay`` seconds until every check is in sync or ``timeout``
+    seconds have passed since the first try (one try when ``timeout`` is 0): a health wait in
+    one round trip, where the controller would otherwise poll with a remote call per try.
+    Returns (CheckResults of the last try, tries, seconds waited)."""
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    started = clock()
+    tries = 0
+    while True:
+        results = evaluate(checks, systemctl=systemctl)
+        tries += 1
+        waited = clock() - started
+        if all(r.in_sync for r in results) or waited + delay > timeout:
+            return results, tries, waited
+        sleep(delay)
 
 
 def summarize(results):

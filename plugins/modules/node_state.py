@@ -168,6 +168,17 @@ options:
               - Wanted version, for example C(0.7.1).
               - Omitted or null, the distribution must be installed at any version.
             type: str
+  wait_timeout:
+    description:
+      - Seconds to keep reading until every check is in sync, one try every O(wait_delay) seconds
+        (a health wait in one round trip; the result is the last try's).
+      - V(0) reads once. At most 3600; a value outside 0..3600 fails naming the option.
+    type: float
+    default: 0
+  wait_delay:
+    description: Seconds between tries while O(wait_timeout) runs (0.1..300).
+    type: float
+    default: 2
 attributes:
   check_mode:
     support: full
@@ -255,6 +266,16 @@ checks:
       returned: always
       type: list
       elements: str
+tries:
+  description: How many times the checks were read (1 without O(wait_timeout)).
+  returned: success
+  type: int
+  sample: 3
+waited:
+  description: Seconds from the first read to the last.
+  returned: success
+  type: float
+  sample: 4.02
 drift:
   description: The drift lines of all checks, each prefixed with its check name, a colon and a space.
   returned: success
@@ -269,7 +290,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     NodeStateInputError,
-    evaluate,
+    NodeStateWaitError,
+    check_wait,
+    evaluate_until_in_sync,
     parse_checks,
     summarize,
 )
@@ -308,6 +331,8 @@ def argument_spec():
                 version=dict(type='str'),
             )),
         )),
+        wait_timeout=dict(type='float', default=0),
+        wait_delay=dict(type='float', default=2),
     )
 
 
@@ -317,7 +342,12 @@ def main():
         checks = parse_checks(module.params['checks'])
     except NodeStateInputError as exc:
         module.fail_json(msg=str(exc), check=exc.check, field=exc.field)
-    module.exit_json(changed=False, **summarize(evaluate(checks)))
+    try:
+        timeout, delay = check_wait(module.params['wait_timeout'], module.params['wait_delay'])
+    except NodeStateWaitError as exc:
+        module.fail_json(msg=str(exc), field=exc.field)
+    results, tries, waited = evaluate_until_in_sync(checks, timeout, delay)
+    module.exit_json(changed=False, tries=tries, waited=round(waited, 2), **summarize(results))
 
 
 if __name__ == '__main__':

@@ -26,11 +26,14 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     FileSpec,
     HttpSpec,
     NodeStateInputError,
+    NodeStateWaitError,
     PythonPackageSpec,
     UnitSpec,
     UnitState,
+    check_wait,
     compare,
     evaluate,
+    evaluate_until_in_sync,
     file_drift,
     group_drift,
     group_exists,
@@ -642,3 +645,77 @@ def test_read_sha1_observes_the_content_for_a_later_comparison(tmp_path):
     assert result.drift == ['%s: content not observed' % path]
     # read_sha1 compares nothing by itself.
     assert file_drift(probe_checks[0].files[0]) == []
+
+
+# -- waiting until in sync (the worker's health wait in one round trip) -----------------------
+
+class _Clock:
+    """A clock that only moves when the wait sleeps: each try is instant."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _health_checks(tmp_path, path):
+    return parse_checks([{'name': 'health', 'files': [{'path': str(path)}]}])
+
+
+def test_wait_reads_again_until_in_sync(tmp_path):
+    ready = tmp_path / 'ready'
+    clock = _Clock()
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        if len(clock.sleeps) == 3:
+            ready.write_text('up')
+
+    results, tries, waited = evaluate_until_in_sync(_health_checks(tmp_path, ready), 120, 2, clock=clock, sleep=sleep)
+    assert summarize(results)['in_sync'] is True
+    assert (tries, waited, clock.sleeps) == (4, 6.0, [2, 2, 2])
+
+
+def test_wait_gives_the_last_tries_drift_when_time_runs_out(tmp_path):
+    clock = _Clock()
+    results, tries, waited = evaluate_until_in_sync(_health_checks(tmp_path, tmp_path / 'never'), 10, 3,
+                                                    clock=clock, sleep=clock.sleep)
+    # Tries at 0, 3, 6, 9 s; a fifth would start at 12 s, past the 10 s.
+    assert (tries, waited) == (4, 9.0)
+    assert summarize(results)['drift'] == ['health: %s: missing' % (tmp_path / 'never')]
+
+
+def test_no_wait_reads_once(tmp_path):
+    clock = _Clock()
+    results, tries, waited = evaluate_until_in_sync(_health_checks(tmp_path, tmp_path / 'never'), 0, 2,
+                                                    clock=clock, sleep=clock.sleep)
+    assert (tries, waited, clock.sleeps) == (1, 0.0, [])
+    assert not summarize(results)['in_sync']
+
+
+def test_wait_on_a_real_url_and_real_time(http_server):
+    """/healthz answers at once: one try, no sleep, whatever the timeout."""
+    checks = parse_checks([{'name': 'health', 'http': [{'url': http_server + '/healthz', 'status': 200, 'timeout': 2}]}])
+    results, tries, waited = evaluate_until_in_sync(checks, 60, 0.1)
+    assert summarize(results)['in_sync'] is True and tries == 1 and waited < 60
+
+
+@pytest.mark.parametrize('timeout, delay, field_name', [
+    (-1, 2, 'wait_timeout'), (3601, 2, 'wait_timeout'), (float('nan'), 2, 'wait_timeout'), (True, 2, 'wait_timeout'),
+    ('10', 2, 'wait_timeout'), (None, 2, 'wait_timeout'), (10, 0, 'wait_delay'), (10, 301, 'wait_delay'),
+    (10, float('inf'), 'wait_delay'), (10, False, 'wait_delay'),
+])
+def test_wait_bounds_name_the_option(timeout, delay, field_name):
+    with pytest.raises(NodeStateWaitError) as err:
+        check_wait(timeout, delay)
+    assert err.value.field == field_name and str(err.value).startswith(field_name + ' ')
+
+
+def test_wait_bounds_accept_the_edges():
+    assert check_wait(0, 0.1) == (0.0, 0.1) and check_wait(3600, 300) == (3600.0, 300.0)

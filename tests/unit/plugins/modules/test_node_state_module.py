@@ -169,3 +169,30 @@ def test_through_ansible_playbook_with_templated_checks(tmp_path):
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'ok=3' in proc.stdout and 'failed=0' in proc.stdout
+
+
+def test_wait_timeout_reads_until_in_sync(tmp_path):
+    """The module waits on the node: a file that appears 1 s in is found by a later try."""
+    path = tmp_path / 'ready'
+    writer = subprocess.Popen([sys.executable, '-c', 'import time, sys; time.sleep(1); open(sys.argv[1], "w").write("up")',
+                               str(path)])
+    try:
+        result = run_module(tmp_path, {'checks': [{'name': 'health', 'files': [{'path': str(path)}]}],
+                                       'wait_timeout': 30, 'wait_delay': 0.2})
+    finally:
+        writer.wait(timeout=30)
+    assert result.get('failed') is not True, result
+    assert result['in_sync'] is True and result['tries'] > 1 and 0.5 < result['waited'] < 30, result
+
+
+def test_without_a_wait_one_try(tmp_path):
+    result = run_module(tmp_path, {'checks': [{'name': 'health', 'files': [{'path': str(tmp_path / 'never')}]}]})
+    assert (result['in_sync'], result['tries'], result['waited']) == (False, 1, 0.0), result
+
+
+@pytest.mark.parametrize('option, value', [('wait_timeout', -5), ('wait_timeout', 86400), ('wait_delay', 0)])
+def test_a_wait_out_of_range_fails_naming_the_option(tmp_path, option, value):
+    result = run_module(tmp_path, {'checks': [{'name': 'health'}], option: value})
+    assert result.get('failed') is True and result['field'] == option, result
+    assert result['msg'].startswith('%s %r: must be ' % (option, float(value))), result
+    assert 'Traceback' not in json.dumps(result)
