@@ -8,7 +8,8 @@ For each lab size N (scripts/lab.sh with KVPIN_LAB_NODES=N, cycling the four car
   facts-only     a play that only gathers facts on the N nodes, same connection (the baseline)
   cold rollout   site.yml on N freshly started nodes (prereq, probe, plan, worker, watchdog, models)
   rerun          site.yml again: must report changed=0 on every node, one module per node;
-                 rerun and facts-only alternate --pairs times (default 3), each figure the median
+                 rerun and facts-only alternate --pairs times (default 3), each figure the median,
+                 after the lab has settled (--settle: the load average of the workers' boot)
   one node off   site.yml after a hand edit on one node (lab-mixed's worker config made 0644):
                  that node is converged (mode restored, worker restarted, health checked), the
                  others stay at one round trip
@@ -44,6 +45,7 @@ PLAYBOOK = os.path.join(VENV_BIN, 'ansible-playbook')
 DRIFT_NODE = 'lab-mixed'
 SIZES_ENV = 'KVPIN_BENCH_ROLLOUT_SIZES'
 PAIRS_ENV = 'KVPIN_BENCH_ROLLOUT_PAIRS'
+SETTLE_ENV = 'KVPIN_BENCH_ROLLOUT_SETTLE'
 RECAP = re.compile(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', re.M)
 # "<container> PUT /root/.ansible/tmp/... TO /root/.ansible/tmp/ansible-tmp-.../AnsiballZ_<module>.py"
 MODULE_SENT = re.compile(r'^<([^>]+)> PUT \S+ TO \S+/AnsiballZ_(\w+)\.py$', re.M)
@@ -64,6 +66,31 @@ def pairs_arg(text):
     if not 1 <= pairs <= 15 or pairs % 2 == 0:
         raise argparse.ArgumentTypeError('pairs must be an odd count in 1..15 (a median is a real run); got %r' % text)
     return pairs
+
+
+def settle_arg(text):
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = -1
+    if not 0 <= seconds <= 900:
+        raise argparse.ArgumentTypeError('settle must be whole seconds in 0..900 (0: do not wait); got %r' % text)
+    return seconds
+
+
+def settle(max_seconds, cores=None, loadavg=os.getloadavg, clock=time.monotonic, sleep=time.sleep, poll=5):
+    """Wait (at most ``max_seconds``) until the 1-minute load average is at most the core count:
+    right after a cold rollout every GPUStack worker is still booting (a load average of 20 on
+    4 nodes, near 60 on 16, on 2 cores), and a rerun timed then measures their boot, not the
+    playbook. Returns (seconds waited, the last load average)."""
+    cores = cores or os.cpu_count() or 1
+    started = clock()
+    while True:
+        load = loadavg()[0]
+        waited = clock() - started
+        if load <= cores or waited >= max_seconds:
+            return waited, load
+        sleep(min(poll, max_seconds - waited))
 
 
 def size_env(nodes):
@@ -124,16 +151,17 @@ def median_run(runs):
     return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
 
 
-def bench_size(nodes, baseline_play, pairs):
-    """Cold, then ``pairs`` alternating (rerun, facts-only) pairs, then one node off. A single
-    facts-only run swings 2x with what the freshly booted workers are doing (6.4 s and 11.5 s
-    on the same 4 nodes): each figure is the median of its runs, and the rerun's ratio the
-    median of the ratios of runs made back to back."""
+def bench_size(nodes, baseline_play, pairs, settle_seconds=180):
+    """Cold, then (once the lab has settled) ``pairs`` alternating (rerun, facts-only) pairs,
+    then one node off. A single facts-only run swings 2x with what the freshly booted workers
+    are doing (6.4 s and 11.5 s on the same 4 nodes): each figure is the median of its runs, and
+    the rerun's ratio the median of the ratios of runs made back to back."""
     site = os.path.join(ROOT, 'site.yml')
     run_checked(lab('down'), nodes)
     run_checked(lab('up'), nodes)
     cold = timed_playbook(nodes, site)
     stats = run_checked(lab('stats'), nodes).stdout
+    settled = settle(settle_seconds)
     reruns, baselines = [], []
     for _pair in range(pairs):
         reruns.append(timed_playbook(nodes, site))
@@ -144,7 +172,7 @@ def bench_size(nodes, baseline_play, pairs):
     return {'facts-only': median_run(baselines), 'cold': cold, 'rerun': median_run(reruns), 'one node off': drift,
             'stats': stats, 'samples': {'facts-only': [b[0] for b in baselines], 'rerun': [r[0] for r in reruns]},
             'rerun ratio': statistics.median(r[0] / b[0] for r, b in zip(reruns, baselines)),
-            'rerun changed': sum(sum(r[1].values()) for r in reruns)}
+            'rerun changed': sum(sum(r[1].values()) for r in reruns), 'settled': settled}
 
 
 def samples_text(runs, name):
@@ -183,6 +211,10 @@ def main():
                         help='lab sizes, comma-separated (default %s or 4)' % SIZES_ENV)
     parser.add_argument('--pairs', type=pairs_arg, default=pairs_arg(os.environ.get(PAIRS_ENV) or '3'),
                         help='alternating rerun / facts-only pairs per size, odd (default %s or 3)' % PAIRS_ENV)
+    parser.add_argument('--settle', type=settle_arg, default=settle_arg(os.environ.get(SETTLE_ENV) or '180'),
+                        help='after the cold rollout, wait at most this many seconds for the 1-minute load '
+                             'average to fall to the core count before the reruns (default %s or 180; 0: '
+                             'do not wait)' % SETTLE_ENV)
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit('bench_rollout: needs root (podman + runc systemd containers)')
@@ -191,7 +223,7 @@ def main():
     results = {}
     try:
         for nodes in args.sizes:
-            results[nodes] = bench_size(nodes, baseline_play, args.pairs)
+            results[nodes] = bench_size(nodes, baseline_play, args.pairs, args.settle)
             # Each size as it completes (a long on-demand run shows its progress).
             print_rows({nodes: results[nodes]}, 'so far')
             sys.stdout.flush()
@@ -214,8 +246,10 @@ def main():
                     ('run', '%d nodes s' % small, '%d nodes s' % large, 'growth'), growth)
     for nodes, runs in results.items():
         base = runs['facts-only'][0]
-        print('%d nodes: rerun/facts = %.2f (goal <= 1.25), cold/facts = %.2f (goal <= 10); changed on reruns: %d (must be 0)'
-              % (nodes, runs['rerun ratio'], runs['cold'][0] / base, runs['rerun changed']))
+        print('%d nodes: rerun/facts = %.2f (goal <= 1.25), cold/facts = %.2f (goal <= 10); changed on reruns: %d (must be 0);'
+              ' reruns began %.0f s after the cold rollout, at a load average of %.1f'
+              % (nodes, runs['rerun ratio'], runs['cold'][0] / base, runs['rerun changed'], runs['settled'][0],
+                 runs['settled'][1]))
 
 
 if __name__ == '__main__':
