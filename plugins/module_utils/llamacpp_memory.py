@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
 from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of
@@ -116,13 +118,13 @@ def ggml_type_size(type_name):
     if name in _BUILTIN_TYPE_SIZES:
         return _BUILTIN_TYPE_SIZES[name]
     # A type newer than the built-in table: the gguf package's, imported only then (it pulls
-    # numpy in, which a plan of known types never needs).
+    # numpy in, which a plan of known types never needs), by gguf_reader's one lazy import.
     try:
-        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # pylint: disable=import-outside-toplevel
-    except ImportError:
+        gguf = gguf_reader.require_gguf()
+    except ModelSpecError:
         raise KeyError(name)
     try:
-        return tuple(GGML_QUANT_SIZES[GGMLQuantizationType[name]])
+        return tuple(gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]])
     except KeyError:
         raise KeyError(name)
 

@@ -771,13 +771,11 @@ def check_wait(timeout, delay):
     return float(timeout), float(delay)
 
 
-def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=None, sleep=None):
+def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=time.monotonic, sleep=time.sleep):
     """evaluate() again every ``delay`` seconds until every check is in sync or ``timeout``
     seconds have passed since the first try (one try when ``timeout`` is 0): a health wait in
     one round trip, where the controller would otherwise poll with a remote call per try.
     Returns (CheckResults of the last try, tries, seconds waited)."""
-    clock = clock or time.monotonic
-    sleep = sleep or time.sleep
     started = clock()
     tries = 0
     while True:

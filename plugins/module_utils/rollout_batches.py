@@ -20,14 +20,16 @@ _PERCENT = re.compile(r'^\s*(\d{1,3})\s*%\s*$')
 _COUNT = re.compile(r'^\s*(\d{1,6})\s*$')
 
 
+_WANTED = "each batch must be a node count (e.g. 2) or a share of the fleet (e.g. '25%')"
+
+
 class RolloutBatchError(ValueError):
     """A batch size Ansible would misread or that would defeat rolling out in batches."""
 
 
 def _batch(value, field):
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise RolloutBatchError('%s: each batch must be a node count (e.g. 2) or a share of the '
-                                "fleet (e.g. '25%%'), got %s %r" % (field, type(value).__name__, value))
+        raise RolloutBatchError('%s: %s, got %s %r' % (field, _WANTED, type(value).__name__, value))
     if isinstance(value, int):
         count = value
     else:
@@ -39,8 +41,7 @@ def _batch(value, field):
             return '%d%%' % share
         count_match = _COUNT.match(value)
         if count_match is None:
-            raise RolloutBatchError('%s: each batch must be a node count (e.g. 2) or a share of the '
-                                    "fleet (e.g. '25%%'), got %r" % (field, value))
+            raise RolloutBatchError('%s: %s, got %r' % (field, _WANTED, value))
         count = int(count_match.group(1))
     if not 1 <= count <= MAX_BATCH_NODES:
         raise RolloutBatchError("%s: a batch must be 1..%d nodes, got %r (Ansible would run a batch "
