@@ -31,6 +31,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
 from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
 from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_batches import RolloutBatchError, rollout_batches
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_phases import RolloutPhaseError, selected_phases
 from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
 from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
     SystemReservedError,
@@ -184,6 +185,15 @@ def kvpin_rollout_batches(value, field='kvpin_serial'):
         raise AnsibleFilterError('kvpin_rollout_batches: %s' % exc)
 
 
+def kvpin_rollout_phases(run_tags, skip_tags=None):
+    """site.yml's phases that --tags / --skip-tags select, in run order
+    (module_utils/rollout_phases.py)."""
+    try:
+        return selected_phases(run_tags, skip_tags)
+    except RolloutPhaseError as exc:
+        raise AnsibleFilterError('kvpin_rollout_phases: %s' % exc)
+
+
 def kvpin_systemd_env_file(environment, what='environment'):
     """An EnvironmentFile= body (systemd's quoting) for a dict of NAME: value."""
     try:
@@ -233,6 +243,7 @@ class FilterModule(object):
             'kvpin_pip_pins': kvpin_pip_pins,
             'kvpin_plan_report_html': kvpin_plan_report_html,
             'kvpin_rollout_batches': kvpin_rollout_batches,
+            'kvpin_rollout_phases': kvpin_rollout_phases,
             'kvpin_saved_gpu_facts': kvpin_saved_gpu_facts,
             'kvpin_system_reserved': kvpin_system_reserved,
             'kvpin_systemd_env_file': kvpin_systemd_env_file,

@@ -110,6 +110,38 @@ def test_drift_is_found_and_converged_on_that_node_only(fleet):
     assert {node: counts['changed'] for node, counts in recap(again.stdout).items()} == {node: 0 for node in NODES}
 
 
+def test_skipping_a_phase_skips_that_phase_alone(fleet):
+    """--skip-tags models still probes, plans and mends the worker; --skip-tags watchdog leaves a
+    watchdog's drift alone and still converges the rest (the probe and the plans are tagged
+    `always`, gated on kvpin_rollout_phases: tagged with every phase, a skipped phase used to
+    skip them too and the run died on a missing fact)."""
+    converged = playbook('site.yml')
+    assert converged.returncode == 0, converged.stdout + converged.stderr
+    worker_config = '/var/lib/gpustack/config.yaml'
+    watchdog_config = '/etc/kvpin-watchdog/%s.json' % first_deployment_name('lab-4090x2')
+    assert lab_fleet.node_exec('lab-mixed', 'chmod', '0644', worker_config).returncode == 0
+
+    no_models = playbook('site.yml', '--skip-tags', 'models')
+    assert no_models.returncode == 0, no_models.stdout[-3000:] + no_models.stderr
+    assert 'TASK [Deploy each planned model' not in no_models.stdout
+    assert 'lab-mixed: differs: gpustack_worker: %s: mode 0644, wanted 0600' % worker_config in no_models.stdout
+    changed = {node: counts['changed'] for node, counts in recap(no_models.stdout).items()}
+    assert changed['lab-mixed'] > 0 and {changed[n] for n in NODES if n != 'lab-mixed'} == {0}, changed
+    assert lab_fleet.node_exec('lab-mixed', 'stat', '-c', '%a', worker_config).stdout.strip() == '600'
+
+    assert lab_fleet.node_exec('lab-4090x2', 'sh', '-c', 'echo "# hand edit" >> ' + watchdog_config).returncode == 0
+    no_watchdog = playbook('site.yml', '--skip-tags', 'watchdog')
+    assert no_watchdog.returncode == 0, no_watchdog.stdout[-3000:] + no_watchdog.stderr
+    assert 'lab-4090x2: differs: serving_watchdog: %s: content differs' % watchdog_config in no_watchdog.stdout
+    assert {node: counts['changed'] for node, counts in recap(no_watchdog.stdout).items()} == {n: 0 for n in NODES}
+    assert lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config).stdout.strip() == '1'
+    assert re.search(r'^ok: \[lab-4090x2 -> localhost\] => \(item=', no_watchdog.stdout, re.MULTILINE), 'models ran'
+
+    mended = playbook('site.yml')
+    assert mended.returncode == 0, mended.stdout[-3000:] + mended.stderr
+    assert lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config).stdout.strip() == '0'
+
+
 def test_a_node_without_pynvml_gets_it_and_check_mode_installs_nothing(fleet):
     converged = playbook('site.yml')
     assert converged.returncode == 0, converged.stdout + converged.stderr

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""site.yml's phase tags: --skip-tags <phase> skips that phase alone. The steps later phases
+need (the desired state, the probe, the plans, the comparison) are tagged `always` and gated on
+kvpin_rollout_phases, so Ansible still lists them; tagged with every phase, as they were, a
+--skip-tags models skipped the probe and the plans too and the run died on a missing fact.
+Runs the real site.yml with --list-tasks: no connection to any host."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SITE = os.path.join(ROOT, 'playbooks', 'site.yml')
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
+# What every phase after it needs, by task name in site.yml's first play.
+NEEDED = ['Probe | read the GPUs and the managed files, units and health of each node',
+          'Plan deployment memory and engine flags',
+          "Charge the node's deployments together, per GPU",
+          'State | compare each node with what the roles would write']
+PHASE_TASKS = {'worker': 'Worker | GPUStack worker config and unit',
+               'watchdog': "Watchdog | memory-slope watchdog on the node's serving unit",
+               'models': 'Deploy each planned model with its pinned arguments and VRAM claim'}
+
+
+def _list_tasks(tmp_path, *args):
+    inventory = tmp_path / 'inventory.ini'
+    inventory.write_text('[gpu_nodes]\nnode0\n')
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               HOME=str(tmp_path), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'))
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, '-i', str(inventory), SITE, '--list-tasks'] + list(args),
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [re.sub(r'\s+TAGS: .*$', '', line).strip() for line in proc.stdout.splitlines()]
+
+
+@pytest.fixture(autouse=True)
+def _needs_ansible():
+    if not os.path.exists(ANSIBLE_PLAYBOOK):
+        pytest.skip('ansible-playbook is not next to this Python')
+
+
+@pytest.mark.parametrize('skipped', sorted(PHASE_TASKS) + ['probe', 'plan', 'prereq'])
+def test_skipping_one_phase_keeps_what_the_others_need(tmp_path, skipped):
+    listed = _list_tasks(tmp_path, '--skip-tags', skipped)
+    for needed in NEEDED:
+        assert needed in listed, (skipped, needed, listed)
+    for phase, task in PHASE_TASKS.items():
+        assert (task in listed) == (phase != skipped), (skipped, phase, listed)
+
+
+def test_every_always_step_is_gated_on_the_selected_phases():
+    """`always` alone would run a step for --tags probe that only later phases need (the plans,
+    which fail a node on an infeasible plan): each is gated on kvpin_rollout_phases."""
+    with open(SITE, encoding='utf-8') as handle:
+        play = next(p for p in yaml.safe_load(handle) if 'tasks' in p)
+    always = [t for t in play['tasks'] if 'always' in (t.get('tags') or [])]
+    assert len(always) >= len(NEEDED)
+    for task in always:
+        assert task.get('tags') == ['always'], task['name']
+        when = task.get('when')
+        when = when if isinstance(when, list) else [when]
+        assert any('kvpin_rollout_phases' in str(w) for w in when), task['name']
