@@ -49,4 +49,8 @@ def selected_phases(run_tags, skip_tags=None):
     default."""
     run = _tags(run_tags, 'ansible_run_tags')
     skip = _tags(skip_tags, 'ansible_skip_tags')
+    if 'always' in skip:
+        raise RolloutPhaseError(
+            "ansible_skip_tags has 'always': every phase needs the steps tagged always (the probe, the plans, "
+            "the comparison); skip a phase by its own tag (%s)" % ', '.join(PHASES))
     return [phase for phase in PHASES if phase_selected(phase, run, skip)]

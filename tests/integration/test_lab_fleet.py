@@ -137,6 +137,13 @@ def test_skipping_a_phase_skips_that_phase_alone(fleet):
     assert lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config).stdout.strip() == '1'
     assert re.search(r'^ok: \[lab-4090x2 -> localhost\] => \(item=', no_watchdog.stdout, re.MULTILINE), 'models ran'
 
+    # Skipping what every phase needs is refused with the reason, and nothing changes.
+    no_always = playbook('site.yml', '--skip-tags', 'always')
+    assert no_always.returncode != 0
+    assert "ansible_skip_tags has 'always': every phase needs the steps tagged always" in no_always.stdout
+    assert 'Traceback' not in no_always.stdout + no_always.stderr
+    assert {node: counts['changed'] for node, counts in recap(no_always.stdout).items()} == {n: 0 for n in NODES}
+
     mended = playbook('site.yml')
     assert mended.returncode == 0, mended.stdout[-3000:] + mended.stderr
     assert lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config).stdout.strip() == '0'
