@@ -169,6 +169,12 @@ def test_a_node_without_pynvml_gets_it_and_check_mode_installs_nothing(fleet):
         assert '%s: a real run installs nvidia-ml-py' % node in checked.stdout
         assert 'lab-4090x2: in sync, nothing to change' in checked.stdout
         assert not has_pynvml()
+        # --skip-tags prereq: the node is left as it is and fails at the probe, naming the library.
+        skipped = playbook('site.yml', '--skip-tags', 'prereq', '--limit', node)
+        assert skipped.returncode != 0
+        assert recap(skipped.stdout)[node] == dict(recap(skipped.stdout)[node], failed=1, changed=0)
+        assert '"missing_library": "nvidia-ml-py"' in skipped.stdout
+        assert not has_pynvml()
     finally:
         if not has_pynvml():  # leave the node as the next tests expect it, whatever failed above
             installed = playbook('site.yml', '--limit', node)
