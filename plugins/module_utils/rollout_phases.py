@@ -7,8 +7,9 @@ Each phase needs what the earlier ones compute: the worker and watchdog phases c
 with the desired state, which is rendered from the plans, which are made from the probe. Tagging
 those read-only steps with every phase that needs them breaks ``--skip-tags``: a task is skipped
 when *any* of its tags is skipped, so ``--skip-tags models`` used to skip the probe and the plans
-too, and the run died on a missing fact. site.yml tags them ``always`` and runs each only when a
-phase that needs it is selected, as computed here (Ansible's own rule, per phase tag)."""
+too, and the run died on a missing fact. site.yml tags them ``always``: the probe and what it
+reads run on every run, the plans and the comparison only when a phase that needs them is
+selected, as computed here (Ansible's own rule, per phase tag)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -20,7 +21,7 @@ MAX_TAGS = 1000
 
 
 class RolloutPhaseError(ValueError):
-    """Tags that are not a list of strings."""
+    """Tags that are not a list of strings, or a run that skips what every phase needs."""
 
 
 def _tags(value, field):

@@ -12,7 +12,9 @@ written; a pair that fits gets there.
 """
 from __future__ import annotations
 
+import ast
 import os
+import re
 
 import pytest
 import yaml
@@ -34,7 +36,12 @@ def test_site_runs_the_ledger_in_the_plan_phase_before_the_worker_phase():
     ledger = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/gpu_ledger.yml')
     plan = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/plan_deployments.yml')
     assert plan < ledger < names.index('Worker | GPUStack worker config and unit')
-    assert set(tasks[ledger]['tags']) >= {'plan', 'worker', 'watchdog', 'models'}
+    # It runs whenever the plans do (tagged always, gated on the phases that need the plans:
+    # --skip-tags models must not skip it; tests/unit/test_site_phase_tags.py).
+    assert tasks[ledger]['tags'] == tasks[plan]['tags'] == ['always']
+    assert tasks[ledger]['when'] == tasks[plan]['when']
+    [gate] = re.findall(r"kvpin_rollout_phases \| intersect\((\[[^]]*\])\) \| length > 0", tasks[ledger]['when'])
+    assert set(ast.literal_eval(gate)) == {'plan', 'worker', 'watchdog', 'models'}
 
 
 @pytest.fixture(scope='module')
