@@ -31,7 +31,8 @@ FIXTURE = os.path.join(REPO_ROOT, 'tests', 'fixtures', 'nvml', 'lab-a6000x4.json
 def test_site_runs_the_ledger_in_the_plan_phase_before_the_worker_phase():
     with open(SITE, encoding='utf-8') as handle:
         plays = yaml.safe_load(handle)
-    tasks = next(p for p in plays if 'tasks' in p)['tasks']
+    play = next(p for p in plays if 'tasks' in p)
+    tasks = play['tasks']
     names = [t.get('name', '') for t in tasks]
     ledger = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/gpu_ledger.yml')
     plan = next(i for i, t in enumerate(tasks) if t.get('ansible.builtin.import_tasks') == 'tasks/plan_deployments.yml')
@@ -39,8 +40,8 @@ def test_site_runs_the_ledger_in_the_plan_phase_before_the_worker_phase():
     # It runs whenever the plans do (tagged always, gated on the phases that need the plans:
     # --skip-tags models must not skip it; tests/unit/test_site_phase_tags.py).
     assert tasks[ledger]['tags'] == tasks[plan]['tags'] == ['always']
-    assert tasks[ledger]['when'] == tasks[plan]['when']
-    [gate] = re.findall(r"kvpin_rollout_phases \| intersect\((\[[^]]*\])\) \| length > 0", tasks[ledger]['when'])
+    assert tasks[ledger]['when'] == tasks[plan]['when'] == 'kvpin_plans_needed'
+    [gate] = re.findall(r"kvpin_rollout_phases \| intersect\((\[[^]]*\])\) \| length > 0", play['vars']['kvpin_plans_needed'])
     assert set(ast.literal_eval(gate)) == {'plan', 'worker', 'watchdog', 'models'}
 
 
