@@ -43,6 +43,19 @@ def run_tasks_on_localhost(work, tasks, *options, timeout=300, play_vars=None):
                           cwd=str(work), capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def run_repo_playbook(work, playbook, *options, nodes=('node0',), timeout=300):
+    """Run the repository's ``playbooks/<playbook>`` with ``options`` against an inventory of
+    ``nodes`` in group gpu_nodes, under the directory ``work``; returns the CompletedProcess.
+    For what Ansible does before it connects (--list-hosts, --list-tasks, a play's serial)."""
+    inventory = work / 'inventory.ini'
+    inventory.write_text('[gpu_nodes]\n' + ''.join('%s\n' % node for node in nodes))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               HOME=str(work), ANSIBLE_LOCAL_TEMP=str(work / 'tmp'))
+    return subprocess.run([PLAYBOOK, '-i', str(inventory), os.path.join(REPO_ROOT, 'playbooks', playbook)]
+                          + list(options), cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
 def run_module_file(work, module, args):
     """Run one module file in its own Python process the way Ansible runs it (an args file
     holding ANSIBLE_MODULE_ARGS), on the collection as it is checked out, with a clean

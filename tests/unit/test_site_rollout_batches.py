@@ -14,26 +14,20 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
+from local_playbook import PLAYBOOK, run_repo_playbook
+
 PLAYBOOKS = ['site.yml', 'worker.yml']
 
 
 def _list_hosts(tmp_path, playbook, serial):
-    inventory = tmp_path / 'inventory.ini'
-    inventory.write_text('[gpu_nodes]\n' + ''.join('node%d\n' % i for i in range(4)))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               HOME=str(tmp_path), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'))
-    return subprocess.run(
-        [ANSIBLE_PLAYBOOK, '-i', str(inventory), os.path.join(ROOT, 'playbooks', playbook), '--list-hosts',
-         '-e', json.dumps({'kvpin_serial': serial})],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_repo_playbook(tmp_path, playbook, '--list-hosts', '-e', json.dumps({'kvpin_serial': serial}),
+                             nodes=['node%d' % i for i in range(4)])
 
 
 @pytest.fixture(autouse=True)
 def _needs_ansible():
-    if not os.path.exists(ANSIBLE_PLAYBOOK):
-        pytest.skip('ansible-playbook is not next to this Python')
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip('ansible-playbook is not in the repository venv')
 
 
 @pytest.mark.parametrize('playbook', PLAYBOOKS)
