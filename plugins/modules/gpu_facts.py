@@ -22,7 +22,11 @@ description:
     writes are possible.
   - A node without the NVML library or without a loaded NVIDIA driver is a normal
     answer (no GPUs, with the reason), unless O(required=true).
-  - Never changes anything on the node.
+  - When the node's Python cannot import C(pynvml), the module imports it from the newest copy
+    of nvidia-ml-py unpacked in O(library_dir); with O(library_wheel) it unpacks the wheel it
+    was sent there first. Without either it fails with RV(missing_library).
+  - Changes nothing on the node, but for unpacking O(library_wheel) when C(pynvml) was
+    missing.
 options:
   required:
     description:
@@ -49,12 +53,40 @@ options:
     type: list
     elements: dict
     default: []
+  library_dir:
+    description:
+      - Where nvidia-ml-py is kept when the node's Python does not have it, one unpacked wheel per
+        version (C(nvidia_ml_py-<version>/pynvml.py)); the newest is imported.
+      - A copy is imported only when this directory, the copy and its C(pynvml.py) are owned by
+        root or the module's user, writable by no one else and not symbolic links; otherwise
+        the module fails with RV(missing_library) and the reason.
+    type: path
+    default: /var/lib/kvpin/python
+  library_wheel:
+    description:
+      - The nvidia-ml-py wheel, sent by the controller, to unpack into O(library_dir) and import
+        when C(pynvml) cannot be imported otherwise (C(site.yml)'s prereq phase, after a probe
+        that answered RV(missing_library)). Ignored when C(pynvml) can be imported.
+      - Pure-Python wheels only, at most 16 MiB; its members must stay inside the directory.
+      - In check mode the wheel is unpacked into a temporary directory, imported and removed,
+        so the GPUs are read and nothing is kept.
+    type: dict
+    suboptions:
+      name:
+        description: The wheel's file name, C(nvidia_ml_py-<version>-py3-none-any.whl).
+        type: str
+        required: true
+      content:
+        description: The wheel's bytes, base64 (not logged).
+        type: str
+        required: true
 requirements:
-  - nvidia-ml-py (provides the C(pynvml) module) on the managed node
+  - nvidia-ml-py (provides the C(pynvml) module) on the managed node, in O(library_dir), or sent
+    as O(library_wheel)
 attributes:
   check_mode:
     support: full
-    description: Only reads; check mode returns the same facts.
+    description: Reads the same facts; a O(library_wheel) is used from a temporary directory and not kept.
   diff_mode:
     support: none
     description: Nothing changes, so there is nothing to diff.
@@ -100,6 +132,11 @@ EXAMPLES = r'''
   ansible.builtin.set_fact:
     worker_drift: "{{ ansible_facts.kvpin_node_observed | kvpin.fleet.kvpin_node_drift(desired_checks) }}"
 
+- name: Read the GPUs, sending nvidia-ml-py from the controller where the node lacks it
+  kvpin.fleet.gpu_facts:
+    required: true
+    library_wheel: "{{ lookup('kvpin.fleet.wheel', '/srv/wheelhouse/nvidia_ml_py-13.615.71-py3-none-any.whl') }}"
+
 - name: Read the GPUs from a stub NVML library (tests)
   kvpin.fleet.gpu_facts:
     library_path: /opt/kvpin/nvml-stub/libnvidia-ml.so.1
@@ -113,6 +150,14 @@ missing_library:
   returned: failure, when pynvml cannot be imported
   type: str
   sample: nvidia-ml-py
+pynvml_from:
+  description:
+    - Where C(pynvml) was imported from - C(installed) (the node's Python), C(library_dir) (a
+      copy unpacked there before), C(library_wheel) (the wheel sent with this call, unpacked into
+      O(library_dir), or into a temporary directory in check mode).
+  returned: success
+  type: str
+  sample: library_dir
 ansible_facts:
   description: Facts to add to the host's ansible_facts.
   returned: always
@@ -321,6 +366,9 @@ ansible_facts:
               returned: always
 '''
 
+import os
+import shutil
+import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -335,6 +383,15 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
     preload_library,
     probe,
 )
+from ansible_collections.kvpin.fleet.plugins.module_utils.python_library import (
+    LIBRARY_DIR_DEFAULT,
+    PythonLibraryError,
+    ensure_library_dir,
+    find_unpacked,
+    load_module_file,
+    parse_wheel,
+    unpack_wheel,
+)
 
 try:
     import pynvml
@@ -344,6 +401,38 @@ except ImportError:
 else:
     PYNVML_IMPORT_ERROR = None
 
+DISTRIBUTION = 'nvidia-ml-py'
+
+
+def load_pynvml(module, wheel):
+    """pynvml from library_dir, after unpacking ``wheel`` (checked: (stem, bytes)) there if given:
+    (the module, where it came from), or fail with missing_library and the reason."""
+    library_dir = module.params['library_dir']
+    if wheel is None:
+        module_file, reason = find_unpacked(library_dir, DISTRIBUTION, 'pynvml')
+        if module_file is None:
+            # missing_library lets a playbook send the wheel and probe again (site.yml's prereq
+            # step) without parsing the message.
+            module.fail_json(msg='%s (%s)' % (missing_required_lib(DISTRIBUTION), reason),
+                             exception=PYNVML_IMPORT_ERROR, missing_library=DISTRIBUTION)
+        return load_module_file('pynvml', module_file), 'library_dir'
+    stem, data = wheel
+    if module.check_mode:
+        # Read the GPUs as a real run would, keep nothing.
+        scratch = tempfile.mkdtemp(prefix='kvpin-pynvml-')
+        try:
+            return load_module_file('pynvml', os.path.join(unpack_wheel(data, scratch, stem), 'pynvml.py')), 'library_wheel'
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        ensure_library_dir(library_dir)
+        unpacked = unpack_wheel(data, library_dir, stem)
+    except PythonLibraryError as exc:
+        module.fail_json(msg='Cannot keep %s in %s' % (DISTRIBUTION, exc), field=exc.field)
+    except OSError as exc:
+        module.fail_json(msg='Cannot unpack %s into library_dir %s: %s' % (DISTRIBUTION, library_dir, exc))
+    return load_module_file('pynvml', os.path.join(unpacked, 'pynvml.py')), 'library_wheel'
+
 
 def main():
     module = AnsibleModule(
@@ -351,20 +440,34 @@ def main():
             required=dict(type='bool', default=False),
             library_path=dict(type='path'),
             observe=dict(type='list', elements='dict', default=[]),
+            library_dir=dict(type='path', default=LIBRARY_DIR_DEFAULT),
+            library_wheel=dict(type='dict', options=dict(
+                name=dict(type='str', required=True),
+                content=dict(type='str', required=True, no_log=True),
+            )),
         ),
         supports_check_mode=True,
     )
-    if pynvml is None:
-        # missing_library lets a playbook install the package and probe again (site.yml's prereq
-        # step) without parsing the message.
-        module.fail_json(msg=missing_required_lib('nvidia-ml-py'), exception=PYNVML_IMPORT_ERROR,
-                         missing_library='nvidia-ml-py')
-
-    # Bad checks fail before the node is read at all.
+    # Bad input fails before anything on the node is read or written.
     try:
         checks = parse_checks(module.params['observe'])
     except NodeStateInputError as exc:
         module.fail_json(msg='observe: %s' % exc, check=exc.check, field=exc.field)
+    wheel = None
+    sent = module.params['library_wheel']
+    if pynvml is None and sent:
+        try:
+            wheel = parse_wheel(sent['name'], sent['content'], DISTRIBUTION, 'pynvml')
+        except PythonLibraryError as exc:
+            module.fail_json(msg=str(exc), field=exc.field)
+
+    nvml, pynvml_from = pynvml, 'installed'
+    if nvml is None:
+        try:
+            nvml, pynvml_from = load_pynvml(module, wheel)
+        except Exception as exc:  # a copy that does not import: say so, never a traceback
+            module.fail_json(msg='Cannot import pynvml from %s: %s: %s' % (module.params['library_dir'], type(exc).__name__, exc),
+                             missing_library=DISTRIBUTION)
 
     library_path = module.params['library_path']
     if library_path:
@@ -374,7 +477,7 @@ def main():
             module.fail_json(msg='Cannot load the NVML library at library_path %s: %s' % (library_path, exc))
 
     try:
-        facts = probe(pynvml)
+        facts = probe(nvml)
     except NvmlProbeError as exc:
         module.fail_json(msg='NVML error while reading the GPUs: %s' % exc, nvml_call=exc.call)
     except Exception as exc:  # e.g. a library answering bytes that are not UTF-8: report, never a traceback
@@ -386,7 +489,8 @@ def main():
     ansible_facts = dict(kvpin_gpus=facts)
     if checks:
         ansible_facts['kvpin_node_observed'] = observe(checks)
-    module.exit_json(changed=False, ansible_facts=ansible_facts)
+    # Changed only when a sent wheel was unpacked (in check mode: would have been).
+    module.exit_json(changed=pynvml_from == 'library_wheel', pynvml_from=pynvml_from, ansible_facts=ansible_facts)
 
 
 if __name__ == '__main__':

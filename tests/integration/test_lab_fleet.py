@@ -153,34 +153,43 @@ def test_a_node_without_pynvml_gets_it_and_check_mode_installs_nothing(fleet):
     converged = playbook('site.yml')
     assert converged.returncode == 0, converged.stdout + converged.stderr
     node = 'lab-mixed'
-    removed = lab_fleet.node_exec(node, 'python3', '-m', 'pip', 'uninstall', '-y', '--break-system-packages',
-                                  'nvidia-ml-py')
-    assert removed.returncode == 0, removed.stdout + removed.stderr
+    library = '/var/lib/kvpin/python'
 
-    def has_pynvml():
+    def kept_copy():
+        return lab_fleet.node_exec(node, 'sh', '-c', 'ls %s/nvidia_ml_py-*/pynvml.py' % library).returncode == 0
+
+    def system_pynvml():
         return lab_fleet.node_exec(node, 'python3', '-c', 'import pynvml').returncode == 0
-    assert not has_pynvml()
+    # The prereq phase kept nvidia-ml-py for gpu_facts alone: the node's own Python is left as it was.
+    assert kept_copy() and not system_pynvml()
+    rc, probed = module_result(node, 'kvpin.fleet.gpu_facts', 'required=true')
+    assert rc == 0 and probed['pynvml_from'] == 'library_dir' and probed['changed'] is False, probed
+    removed = lab_fleet.node_exec(node, 'rm', '-rf', library)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert not kept_copy()
 
-    # --check: that node stops cleanly with the reason (in the models play too), the other is
-    # compared as usual.
+    # --check: the wheel travels with the probe and is used from a temporary copy, so that node
+    # is planned and compared like the other; nothing is kept.
     try:
         checked = playbook('site.yml', '--check', '--diff', '--limit', node + ',lab-4090x2')
         assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr
-        assert '%s: a real run installs nvidia-ml-py' % node in checked.stdout
+        assert '%s: in sync, nothing to change' % node in checked.stdout
         assert 'lab-4090x2: in sync, nothing to change' in checked.stdout
-        assert not has_pynvml()
+        assert recap(checked.stdout)[node]['changed'] == 1  # the probe that would keep the wheel
+        assert not kept_copy() and not system_pynvml()
         # --skip-tags prereq: the node is left as it is and fails at the probe, naming the library.
         skipped = playbook('site.yml', '--skip-tags', 'prereq', '--limit', node)
         assert skipped.returncode != 0
         assert recap(skipped.stdout)[node] == dict(recap(skipped.stdout)[node], failed=1, changed=0)
         assert '"missing_library": "nvidia-ml-py"' in skipped.stdout
-        assert not has_pynvml()
+        assert not kept_copy()
     finally:
-        if not has_pynvml():  # leave the node as the next tests expect it, whatever failed above
+        if not kept_copy():  # leave the node as the next tests expect it, whatever failed above
             installed = playbook('site.yml', '--limit', node)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr
-    assert has_pynvml()
+    assert kept_copy() and not system_pynvml()
     assert '%s: in sync, nothing to change' % node in installed.stdout
+    assert recap(installed.stdout)[node]['changed'] == 1
     again = playbook('site.yml', '--limit', node)
     assert recap(again.stdout)[node]['changed'] == 0
 

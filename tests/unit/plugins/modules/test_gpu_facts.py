@@ -7,12 +7,14 @@ libnvidia-ml.so.1, and its JSON answer is checked."""
 
 from __future__ import annotations
 
+import base64
 import ctypes.util
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -145,10 +147,13 @@ def test_midprobe_failure_names_the_call(tmp_path, stub_library):
 
 
 def test_missing_pynvml_names_the_package(tmp_path, stub_library):
-    result = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('lab-4090x2'),
-                        without_pynvml=True)
+    library_dir = tmp_path / 'lib'
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir)},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
     assert result['failed'] is True
     assert 'nvidia-ml-py' in result['msg'] and 'Failed to import' in result['msg']
+    # Where it looked, too.
+    assert 'no nvidia-ml-py in %s' % library_dir in result['msg']
     # What site.yml's prereq step keys on to install the wheel and probe again.
     assert result['missing_library'] == 'nvidia-ml-py'
     # ansible-core 2.19 adds the import traceback only when traceback capture is on
@@ -223,3 +228,155 @@ def test_bad_observe_input_fails_naming_the_field_before_reading(tmp_path, stub_
     assert result['failed'] is True
     assert result['msg'].startswith("observe: check worker: files[0].path 'relative/x'")
     assert result['field'] == 'files[0].path' and 'ansible_facts' not in result
+
+
+# --- nvidia-ml-py sent by the controller (library_wheel) and kept in library_dir -------------
+
+def build_wheel(directory, name='nvidia_ml_py-13.615.71-py3-none-any.whl', members=None):
+    """A wheel of the pynvml this test runs with (the module imports it for real), or of ``members``."""
+    import pynvml
+    if members is None:
+        with open(pynvml.__file__, 'rb') as handle:
+            members = {'pynvml.py': handle.read(), 'nvidia_ml_py-13.615.71.dist-info/WHEEL': b'Wheel-Version: 1.0\n'}
+    path = directory / name
+    with zipfile.ZipFile(path, 'w') as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    return path
+
+
+def wheel_arg(path, name=None):
+    return {'name': name or path.name, 'content': base64.b64encode(path.read_bytes()).decode('ascii')}
+
+
+def test_a_sent_wheel_is_unpacked_kept_and_imported_by_later_probes(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    wheel = build_wheel(tmp_path)
+    installed = run_module(tmp_path, {'library_path': stub_library}, stub_config=fixture_path('lab-mixed'))
+    sent = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                 'library_wheel': wheel_arg(wheel)},
+                      stub_config=fixture_path('lab-mixed'), without_pynvml=True)
+    assert sent.get('failed') is not True, sent
+    assert sent['changed'] is True and sent['pynvml_from'] == 'library_wheel'
+    assert sent['ansible_facts'] == installed['ansible_facts']
+    # The wheel's bytes never come back, not even in the invocation.
+    assert wheel_arg(wheel)['content'][:200] not in json.dumps(sent)
+    unpacked = library_dir / 'nvidia_ml_py-13.615.71'
+    assert oct(library_dir.stat().st_mode & 0o777) == '0o755'
+    assert oct(unpacked.stat().st_mode & 0o777) == '0o755'
+    assert oct((unpacked / 'pynvml.py').stat().st_mode & 0o777) == '0o644'
+    assert [p.name for p in library_dir.iterdir()] == ['nvidia_ml_py-13.615.71']  # no temporary left
+
+    again = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir)},
+                       stub_config=fixture_path('lab-mixed'), without_pynvml=True)
+    assert again.get('failed') is not True, again
+    assert again['changed'] is False and again['pynvml_from'] == 'library_dir'
+    assert again['ansible_facts'] == installed['ansible_facts']
+    # Its bytecode is kept next to it: later probes do not compile pynvml.py again.
+    assert any((unpacked / '__pycache__').glob('pynvml.*.pyc'))
+
+
+def test_the_newest_unpacked_copy_is_imported(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    library_dir.mkdir(mode=0o755)
+    (library_dir / 'nvidia_ml_py-9.0').mkdir(mode=0o755)
+    (library_dir / 'nvidia_ml_py-9.0' / 'pynvml.py').write_text('raise ImportError("the old copy was imported")\n')
+    sent = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                 'library_wheel': wheel_arg(build_wheel(tmp_path))},
+                      stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert sent['changed'] is True
+    again = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir)},
+                       stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert again.get('failed') is not True, again
+    assert again['pynvml_from'] == 'library_dir'
+
+
+def test_check_mode_reads_the_gpus_with_the_sent_wheel_and_keeps_nothing(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                   'library_wheel': wheel_arg(build_wheel(tmp_path)), '_ansible_check_mode': True},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert result.get('failed') is not True, result
+    assert result['changed'] is True and result['pynvml_from'] == 'library_wheel'
+    assert result['ansible_facts']['kvpin_gpus']['gpu_count'] == 2
+    assert not library_dir.exists()
+
+
+def test_a_sent_wheel_is_ignored_where_pynvml_is_installed(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                   'library_wheel': {'name': 'nvidia_ml_py-1-py3-none-any.whl', 'content': 'not checked'}},
+                        stub_config=fixture_path('lab-4090x2'))
+    assert result.get('failed') is not True, result
+    assert result['changed'] is False and result['pynvml_from'] == 'installed'
+    assert not library_dir.exists()
+
+
+@pytest.mark.parametrize('mode, link, reason', [
+    (0o775, False, 'writable by group or others (mode 0775)'),
+    (0o757, False, 'writable by group or others (mode 0757)'),
+    (0o755, True, 'is a symbolic link'),
+])
+def test_an_unsafe_library_dir_is_not_imported_from(tmp_path, stub_library, mode, link, reason):
+    # What is imported runs as root: a copy someone else could have written is refused.
+    real = tmp_path / 'real'
+    real.mkdir()
+    copy = real / 'nvidia_ml_py-13.615.71'
+    copy.mkdir(mode=0o755)
+    (copy / 'pynvml.py').write_text('raise SystemExit("an untrusted copy ran")\n')
+    real.chmod(mode)
+    library_dir = tmp_path / 'link' if link else real
+    if link:
+        library_dir.symlink_to(real)
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir)},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert result['failed'] is True and result['missing_library'] == 'nvidia-ml-py'
+    assert reason in result['msg'] and 'untrusted copy ran' not in json.dumps(result)
+
+
+def test_a_group_writable_module_file_is_not_imported(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    copy = library_dir / 'nvidia_ml_py-13.615.71'
+    copy.mkdir(parents=True, mode=0o755)
+    library_dir.chmod(0o755)
+    module_file = copy / 'pynvml.py'
+    module_file.write_text('raise SystemExit("an untrusted copy ran")\n')
+    module_file.chmod(0o664)
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir)},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert result['failed'] is True
+    assert '%s is writable by group or others (mode 0664)' % module_file in result['msg']
+
+
+def _bad_wheels(tmp_path):
+    good = build_wheel(tmp_path)
+    not_zip = tmp_path / 'nvidia_ml_py-1.0-py3-none-any.whl'
+    not_zip.write_bytes(b'PK not really')
+    return [
+        ({'name': '../../etc/nvidia_ml_py-1.0-py3-none-any.whl', 'content': wheel_arg(good)['content']},
+         'library_wheel.name', 'is not a pure-Python wheel file name'),
+        ({'name': 'nvidia_ml_py-1.0-cp311-cp311-linux_x86_64.whl', 'content': wheel_arg(good)['content']},
+         'library_wheel.name', 'is not a pure-Python wheel file name'),
+        ({'name': 'evil-1.0-py3-none-any.whl', 'content': wheel_arg(good)['content']},
+         'library_wheel.name', 'is not a wheel of nvidia-ml-py'),
+        ({'name': good.name, 'content': 'not base64 at all!'}, 'library_wheel.content', 'is not valid base64'),
+        (wheel_arg(not_zip), 'library_wheel.content', 'is not a wheel (not a zip archive)'),
+        (wheel_arg(build_wheel(tmp_path, 'nvidia_ml_py-2.0-py3-none-any.whl', {'../pynvml.py': b'x = 1\n'}), ),
+         'library_wheel.content', "the wheel member '../pynvml.py' leaves the directory"),
+        (wheel_arg(build_wheel(tmp_path, 'nvidia_ml_py-3.0-py3-none-any.whl', {'/etc/cron.d/x': b'x\n'})),
+         'library_wheel.content', "the wheel member '/etc/cron.d/x' leaves the directory"),
+        (wheel_arg(build_wheel(tmp_path, 'nvidia_ml_py-4.0-py3-none-any.whl', {'other.py': b'x = 1\n'})),
+         'library_wheel.content', 'has no top-level pynvml.py'),
+    ]
+
+
+def test_a_bad_sent_wheel_fails_naming_the_field_and_writes_nothing(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    for wheel, field, problem in _bad_wheels(tmp_path):
+        result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                       'library_wheel': wheel},
+                            stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+        assert result['failed'] is True, (field, problem)
+        assert result['field'] == field and result['msg'].startswith(field + ': ') and problem in result['msg'], result['msg']
+        assert 'ansible_facts' not in result
+        assert not library_dir.exists()
