@@ -66,6 +66,15 @@ options:
             temporary file's path (as M(ansible.builtin.copy) does). A non-zero exit fails the
             module and leaves the old file in place.
         type: str
+  executables:
+    description:
+      - Programs the table's units will run, such as a native worker's C(ExecStart). Each must be
+        an executable regular file (a symbolic link to one counts) before anything is written;
+        otherwise the module fails naming it and writes nothing, in the same call.
+      - Not checked in check mode, where an install that would bring the program has not run.
+    type: list
+    elements: path
+    default: []
 author:
   - kvpin.fleet contributors (!UNKNOWN)
 notes:
@@ -218,6 +227,19 @@ def converge_file(module, index, entry):
 CONVERGE = {'directory': converge_directory, 'file': converge_file, 'absent': converge_absent}
 
 
+def executable_problem(path):
+    """Why ``path`` cannot be run (None when it can): missing, not a regular file, not executable."""
+    if not os.path.isabs(path):
+        return '%s is not an absolute path' % path
+    if not os.path.exists(path):
+        return '%s is missing' % path
+    if not os.path.isfile(path):
+        return '%s is not a regular file' % path
+    if not os.access(path, os.X_OK):
+        return '%s is not executable' % path
+    return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -232,9 +254,15 @@ def main():
                 validate=dict(type='str'),
                 entries=dict(type='list', elements='str'),
             )),
+            executables=dict(type='list', elements='path', default=[]),
         ),
         supports_check_mode=True,
     )
+    if not module.check_mode:
+        problems = [p for p in (executable_problem(path) for path in module.params['executables']) if p]
+        if problems:
+            module.fail_json(msg='executables: %s; nothing written' % '; '.join(problems), files=[], changed=False,
+                             changed_paths=[])
     results = []
     seen = set()
     for index, entry in enumerate(module.params['files']):

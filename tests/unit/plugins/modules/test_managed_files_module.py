@@ -119,3 +119,30 @@ def test_absent_removes(tmp_path):
     result = run_module(tmp_path, MODULE, {'files': [{'path': str(tmp_path / 'stale.json'), 'state': 'absent'}]})
     assert result['changed'] is True and not (tmp_path / 'stale.json').exists()
     assert run_module(tmp_path, MODULE, {'files': [{'path': str(tmp_path / 'stale.json'), 'state': 'absent'}]})['changed'] is False
+
+
+def test_a_missing_or_unrunnable_executable_fails_before_anything_is_written(tmp_path):
+    # A native worker's unit must not be written around a program that is not there.
+    program = tmp_path / 'bin' / 'gpustack'
+    program.parent.mkdir()
+    program.write_text('#!/bin/sh\n')
+    program.chmod(0o644)
+    link = tmp_path / 'bin' / 'linked'
+    link.symlink_to(program)
+    cases = [
+        (str(tmp_path / 'bin' / 'nope'), '%s is missing' % (tmp_path / 'bin' / 'nope')),
+        (str(program), '%s is not executable' % program),
+        (str(tmp_path / 'bin'), '%s is not a regular file' % (tmp_path / 'bin')),
+    ]
+    for executable, problem in cases:
+        result = run_module(tmp_path, MODULE, {'files': table(tmp_path), 'executables': [executable]})
+        assert result['failed'] is True and result['msg'] == 'executables: %s; nothing written' % problem, result
+        assert result['changed'] is False and result['files'] == []
+        assert not (tmp_path / 'data').exists() and not (tmp_path / 'unit.service').exists()
+    # Check mode does not look: an install that would bring the program has not run.
+    checked = run_module(tmp_path, MODULE, {'files': table(tmp_path), 'executables': [str(program)]}, check_mode=True)
+    assert checked.get('failed') is not True and checked['changed'] is True
+    program.chmod(0o755)
+    written = run_module(tmp_path, MODULE, {'files': table(tmp_path), 'executables': [str(link)]})
+    assert written.get('failed') is not True, written
+    assert (tmp_path / 'unit.service').exists()
