@@ -110,6 +110,42 @@ def test_drift_is_found_and_converged_on_that_node_only(fleet):
     assert {node: counts['changed'] for node, counts in recap(again.stdout).items()} == {node: 0 for node in NODES}
 
 
+def test_a_worker_that_fails_its_health_check_after_the_watchdogs_is_rolled_back(fleet):
+    """site.yml proves a restarted worker healthy after the watchdog role (it boots meanwhile):
+    a change the worker rejects is still rolled back on that node alone, the watchdogs written
+    in the same run stay, and a rerun finds the fleet in sync."""
+    converged = playbook('site.yml')
+    assert converged.returncode == 0, converged.stdout[-3000:] + converged.stderr
+    node, worker_config = 'lab-4090x4', '/var/lib/gpustack/config.yaml'
+    watchdog_config = '/etc/kvpin-watchdog/%s.json' % first_deployment_name(node)
+    before = lab_fleet.node_exec(node, 'sha1sum', worker_config).stdout
+
+    def backups():
+        return lab_fleet.node_exec(node, 'sh', '-c', 'ls /var/lib/gpustack/ /etc/systemd/system/ | grep "~$" || true').stdout
+    backups_before = backups()
+    assert lab_fleet.node_exec(node, 'sh', '-c', 'echo "# hand edit" >> ' + watchdog_config).returncode == 0
+
+    # The molecule bad_node scenario's change: a system_reserved GPUStack 0.7.1 refuses at start.
+    bad = playbook('site.yml', '-e', '@' + os.path.join(REPO_ROOT, 'molecule', 'bad_node', 'vars', 'bad_change.yml'),
+                   '-e', 'bad_node_node=' + node)
+    assert bad.returncode == 2, bad.stdout[-4000:] + bad.stderr
+    counts = recap(bad.stdout)
+    assert {n: c['failed'] for n, c in counts.items()} == {n: int(n == node) for n in NODES}
+    flat = re.sub(r'\s+', ' ', bad.stdout + bad.stderr)
+    assert 'Restored the previous %s' % worker_config in flat
+    assert 'Restarted gpustack: healthy again' in flat
+    # The watchdog role ran between the restart and the health check, and its write stays.
+    assert bad.stdout.index("TASK [Watchdog | memory-slope watchdog on the node's serving unit]") < bad.stdout.index(
+        'TASK [Worker | prove the restarted worker healthy, or roll it back]')
+    assert lab_fleet.node_exec(node, 'grep', '-c', 'hand edit', watchdog_config).stdout.strip() == '0'
+    assert lab_fleet.node_exec(node, 'sha1sum', worker_config).stdout == before
+    assert backups() == backups_before  # the rollback dropped the backups it restored
+
+    again = playbook('site.yml')
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    assert {n: c['changed'] for n, c in recap(again.stdout).items()} == {n: 0 for n in NODES}
+
+
 def test_skipping_a_phase_skips_that_phase_alone(fleet):
     """--skip-tags models still probes, plans and mends the worker; --skip-tags watchdog leaves a
     watchdog's drift alone and still converges the rest (the probe and the plans are tagged
