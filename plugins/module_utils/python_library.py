@@ -109,9 +109,16 @@ def find_unpacked(library_dir, distribution, module_name):
             candidates.append((version_key(match.group('version')), name))
     if not candidates:
         return None, 'no %s in %s' % (distribution, library_dir)
-    unpacked = os.path.join(library_dir, max(candidates)[1])
+    return trusted_copy(library_dir, max(candidates)[1], module_name)
+
+
+def trusted_copy(library_dir, stem, module_name):
+    """``library_dir/stem/<module_name>.py`` when the directory, the copy and the file may be
+    imported from: (module file path, None), or (None, why not)."""
+    unpacked = os.path.join(library_dir, stem)
     module_file = os.path.join(unpacked, module_name + '.py')
-    reason = untrusted_reason(unpacked, want_dir=True) or untrusted_reason(module_file, want_dir=False)
+    reason = (untrusted_reason(library_dir, want_dir=True) or untrusted_reason(unpacked, want_dir=True)
+              or untrusted_reason(module_file, want_dir=False))
     return (None, reason) if reason else (module_file, None)
 
 

@@ -23,8 +23,9 @@ description:
   - A node without the NVML library or without a loaded NVIDIA driver is a normal
     answer (no GPUs, with the reason), unless O(required=true).
   - When the node's Python cannot import C(pynvml), the module imports it from the newest copy
-    of nvidia-ml-py unpacked in O(library_dir); with O(library_wheel) it unpacks the wheel it
-    was sent there first. Without either it fails with RV(missing_library).
+    of nvidia-ml-py unpacked in O(library_dir); with O(library_wheel) it imports the copy of
+    that wheel's version kept there, unpacking the wheel first when there is none (or it does
+    not import). Without either it fails with RV(missing_library).
   - Changes nothing on the node, but for unpacking O(library_wheel) when C(pynvml) was
     missing.
 options:
@@ -65,8 +66,10 @@ options:
   library_wheel:
     description:
       - The nvidia-ml-py wheel, sent by the controller, to unpack into O(library_dir) and import
-        when C(pynvml) cannot be imported otherwise (C(site.yml)'s prereq phase, after a probe
-        that answered RV(missing_library)). Ignored when C(pynvml) can be imported.
+        when C(pynvml) cannot be imported otherwise (C(site.yml)'s probe sends it every time, so
+        a fresh node is read in the same call). The copy of the same version already kept in
+        O(library_dir) is imported instead of unpacking it again. Ignored when C(pynvml) can be
+        imported.
       - Pure-Python wheels only, at most 16 MiB; its members must stay inside the directory.
       - In check mode the wheel is unpacked into a temporary directory, imported and removed,
         so the GPUs are read and nothing is kept.
@@ -390,6 +393,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.python_library import 
     find_unpacked,
     load_module_file,
     parse_wheel,
+    trusted_copy,
     unpack_wheel,
 )
 
@@ -417,6 +421,14 @@ def load_pynvml(module, wheel):
                              exception=PYNVML_IMPORT_ERROR, missing_library=DISTRIBUTION)
         return load_module_file('pynvml', module_file), 'library_dir'
     stem, data = wheel
+    # The copy this same wheel left on an earlier run is imported as it is: a probe that sends
+    # the wheel every time (site.yml) writes nothing on a node that already has it.
+    kept, dummy_reason = trusted_copy(library_dir, stem, 'pynvml')
+    if kept is not None:
+        try:
+            return load_module_file('pynvml', kept), 'library_dir'
+        except Exception:  # pylint: disable=broad-except
+            pass  # a damaged copy: the wheel replaces it whole below
     if module.check_mode:
         # Read the GPUs as a real run would, keep nothing.
         scratch = tempfile.mkdtemp(prefix='kvpin-pynvml-')

@@ -276,6 +276,53 @@ def test_a_sent_wheel_is_unpacked_kept_and_imported_by_later_probes(tmp_path, st
     assert any((unpacked / '__pycache__').glob('pynvml.*.pyc'))
 
 
+def test_the_wheel_sent_again_imports_the_kept_copy_and_writes_nothing(tmp_path, stub_library):
+    # site.yml's probe sends the wheel on every run: a node that has its copy must not change.
+    library_dir = tmp_path / 'lib'
+    args = {'library_path': stub_library, 'library_dir': str(library_dir),
+            'library_wheel': wheel_arg(build_wheel(tmp_path))}
+    first = run_module(tmp_path, args, stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert first['changed'] is True and first['pynvml_from'] == 'library_wheel'
+    unpacked = library_dir / 'nvidia_ml_py-13.615.71'
+    before = (unpacked.stat().st_ino, (unpacked / 'pynvml.py').stat().st_mtime_ns)
+    for check_mode in (False, True):
+        again = run_module(tmp_path, dict(args, _ansible_check_mode=check_mode),
+                           stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+        assert again.get('failed') is not True, again
+        assert again['changed'] is False and again['pynvml_from'] == 'library_dir'
+        assert again['ansible_facts'] == first['ansible_facts']
+    assert (unpacked.stat().st_ino, (unpacked / 'pynvml.py').stat().st_mtime_ns) == before
+    assert sorted(p.name for p in library_dir.iterdir()) == ['nvidia_ml_py-13.615.71']
+
+
+def test_a_damaged_kept_copy_is_replaced_by_the_wheel_sent_again(tmp_path, stub_library):
+    library_dir = tmp_path / 'lib'
+    copy = library_dir / 'nvidia_ml_py-13.615.71'
+    copy.mkdir(parents=True, mode=0o755)
+    library_dir.chmod(0o755)
+    (copy / 'pynvml.py').write_text('raise ImportError("half a copy")\n')
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                   'library_wheel': wheel_arg(build_wheel(tmp_path))},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert result.get('failed') is not True, result
+    assert result['changed'] is True and result['pynvml_from'] == 'library_wheel'
+    assert 'half a copy' not in (copy / 'pynvml.py').read_text()
+
+
+def test_another_version_kept_does_not_stand_in_for_the_wheel_sent(tmp_path, stub_library):
+    # The controller's wheelhouse decides the version: a different kept copy is not "the same".
+    library_dir = tmp_path / 'lib'
+    old = library_dir / 'nvidia_ml_py-12.0'
+    old.mkdir(parents=True, mode=0o755)
+    library_dir.chmod(0o755)
+    (old / 'pynvml.py').write_text('raise ImportError("the other version was imported")\n')
+    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
+                                   'library_wheel': wheel_arg(build_wheel(tmp_path))},
+                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
+    assert result.get('failed') is not True, result
+    assert result['changed'] is True and (library_dir / 'nvidia_ml_py-13.615.71' / 'pynvml.py').is_file()
+
+
 def test_the_newest_unpacked_copy_is_imported(tmp_path, stub_library):
     library_dir = tmp_path / 'lib'
     library_dir.mkdir(mode=0o755)
