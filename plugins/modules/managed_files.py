@@ -66,6 +66,18 @@ options:
             temporary file's path (as M(ansible.builtin.copy) does). A non-zero exit fails the
             module and leaves the old file in place.
         type: str
+      verify_unit:
+        description:
+          - The entry is a systemd unit. When its content differs from the file on the node, the
+            new content is checked with C(systemd-analyze verify) before anything in the table is
+            written, under the unit's own file name in a private temporary directory (verify
+            needs the suffix, so O(files[].validate) cannot do it). An output line naming the
+            unit fails the module, quoting those lines, and nothing is written; lines about
+            other units do not count.
+          - Not run in check mode, where an install that would bring the unit's program has not
+            run.
+        type: bool
+        default: false
   executables:
     description:
       - Programs the table's units will run, such as a native worker's C(ExecStart). Each must be
@@ -125,6 +137,7 @@ files:
 '''
 
 import os
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -226,6 +239,52 @@ def converge_file(module, index, entry):
 
 CONVERGE = {'directory': converge_directory, 'file': converge_file, 'absent': converge_absent}
 
+# Bounds what a unit's complaints add to a message.
+VERIFY_MESSAGE_MAX_CHARS = 1000
+
+
+def _content_differs(entry):
+    path = entry['path']
+    if not os.path.isfile(path) or os.path.islink(path):
+        return True
+    return sha1_of_file(path) != content_sha1(entry['content'])
+
+
+def unit_complaints(output, unit_name):
+    """The lines of systemd-analyze verify's output about ``unit_name`` (it also reports on
+    other units it loads, which are not this change's problem)."""
+    return [line.strip() for line in output.splitlines() if unit_name in line]
+
+
+def verify_unit_problems(module, entries):
+    """systemd-analyze verify of each changing unit's new content, before anything is written:
+    a list of problems, one per unit with complaints."""
+    pending = [(index, entry) for index, entry in enumerate(entries)
+               if entry.get('verify_unit') and entry['state'] == 'file' and entry.get('content') is not None
+               and entry['path'].startswith('/') and _content_differs(entry)]
+    if not pending:
+        return []
+    analyze = module.get_bin_path('systemd-analyze', required=True)
+    problems = []
+    scratch = tempfile.mkdtemp(prefix='kvpin-verify-')  # 0700: the content is nobody else's to read
+    try:
+        for index, entry in pending:
+            unit_name = os.path.basename(entry['path'])
+            candidate = os.path.join(scratch, unit_name)
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, 'wb') as out:
+                out.write(to_bytes(entry['content'], errors='surrogate_or_strict'))
+            dummy_rc, out, err = module.run_command([analyze, 'verify', candidate])
+            complaints = unit_complaints(to_native(out) + '\n' + to_native(err), unit_name)
+            if complaints:
+                text = ' | '.join(line.replace(scratch + os.sep, '') for line in complaints)
+                where = _where(index, entry['path'])
+                problems.append('%s: systemd-analyze verify: %s' % (where, text[:VERIFY_MESSAGE_MAX_CHARS]))
+            os.unlink(candidate)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return problems
+
 
 def executable_problem(path):
     """Why ``path`` cannot be run (None when it can): missing, not a regular file, not executable."""
@@ -253,6 +312,7 @@ def main():
                 backup=dict(type='bool', default=False),
                 validate=dict(type='str'),
                 entries=dict(type='list', elements='str'),
+                verify_unit=dict(type='bool', default=False),
             )),
             executables=dict(type='list', elements='path', default=[]),
         ),
@@ -263,6 +323,12 @@ def main():
         if problems:
             module.fail_json(msg='executables: %s; nothing written' % '; '.join(problems), files=[], changed=False,
                              changed_paths=[])
+        try:
+            problems = verify_unit_problems(module, module.params['files'])
+        except OSError as exc:
+            problems = ['cannot verify the units: %s' % to_native(exc)]
+        if problems:
+            module.fail_json(msg='%s; nothing written' % '; '.join(problems), files=[], changed=False, changed_paths=[])
     results = []
     seen = set()
     for index, entry in enumerate(module.params['files']):

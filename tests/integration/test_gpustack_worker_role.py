@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpustack_worker role on the four-node lab fleet (needs root, podman and runc; skipped
 otherwise): the token never shows in -vvv output or diffs, the container runtime's unit passes
-systemd-analyze verify, and the molecule scenarios hardware_change and bad_node pass.
+systemd-analyze verify (and one it rejects is never written), and the molecule scenarios hardware_change and bad_node pass.
 
 The fleet is brought up once for the module (scripts/lab.sh up) and removed afterwards unless
 it was already running. The scenarios run with --destroy=never so they leave the fleet to
@@ -174,20 +174,42 @@ def test_container_runtime_unit_passes_systemd_analyze_verify(fleet, tmp_path):
     (tmp_path / 'podman').write_text(FAKE_PODMAN)
     (tmp_path / 'nvidia.yaml').write_text(NVIDIA_CDI_SPEC)
     _on(node, 'mkdir -p /etc/cdi')
-    for src, dest, mode in ((str(tmp_path / 'podman'), '/usr/local/bin/podman', '0755'),
-                            (str(tmp_path / 'nvidia.yaml'), '/etc/cdi/nvidia.yaml', '0644'),
-                            ('/usr/lib/systemd/system/podman.socket', '/etc/systemd/system/podman.socket', '0644')):
+    copies = ((str(tmp_path / 'podman'), '/usr/local/bin/podman', '0755'),
+              (str(tmp_path / 'nvidia.yaml'), '/etc/cdi/nvidia.yaml', '0644'),
+              ('/usr/lib/systemd/system/podman.socket', '/etc/systemd/system/podman.socket', '0644'))
+    for src, dummy_dest, dummy_mode in copies:
         if not os.path.exists(src):
             pytest.skip('%s missing on the host' % src)
+    container_vars = json.dumps({
+        'gpustack_worker_runtime': 'container', 'gpustack_worker_container_engine': 'podman',
+        'gpustack_worker_container_engine_executable': '/usr/local/bin/podman',
+        'gpustack_worker_service_started': False, 'gpustack_worker_service_enabled': False})
+    config_before = _on(node, 'sha1sum /var/lib/gpustack/config.yaml')
+    rc, native_before = _module(node, 'ansible.builtin.systemd_service', 'name=gpustack')
+    assert rc == 0, native_before
+    try:
+        for src, dest, mode in copies[:2]:
+            rc, result = _module(node, 'ansible.builtin.copy', 'src=%s dest=%s mode=%s' % (src, dest, mode))
+            assert rc == 0, result
+        # Without the podman.socket it Requires=, systemd-analyze verify rejects the new unit in
+        # the configure call: the node fails there with nothing written, its worker untouched.
+        rejected = _worker('--limit', node, '--extra-vars', container_vars)
+        assert rejected.returncode != 0
+        assert recap(rejected.stdout)[node]['failed'] == 1
+        assert 'systemd-analyze verify: ' in rejected.stdout and 'podman.socket' in rejected.stdout
+        assert 'nothing written' in rejected.stdout
+        rc, unit_stat = _module(node, 'ansible.builtin.stat', 'path=/etc/systemd/system/gpustack-worker.service')
+        assert rc == 0 and unit_stat['stat']['exists'] is False, unit_stat
+        assert _on(node, 'sha1sum /var/lib/gpustack/config.yaml') == config_before
+        rc, native = _module(node, 'ansible.builtin.systemd_service', 'name=gpustack')
+        assert rc == 0 and native_before['status']['UnitFileState'] == native['status']['UnitFileState'] == 'enabled'
+        assert native['status']['MainPID'] == native_before['status']['MainPID'] != '0', native['status']
+
+        src, dest, mode = copies[2]
         rc, result = _module(node, 'ansible.builtin.copy', 'src=%s dest=%s mode=%s' % (src, dest, mode))
         assert rc == 0, result
-    try:
-        proc = _worker('--limit', node, '--extra-vars', json.dumps({
-            'gpustack_worker_runtime': 'container', 'gpustack_worker_container_engine': 'podman',
-            'gpustack_worker_container_engine_executable': '/usr/local/bin/podman',
-            'gpustack_worker_service_started': False, 'gpustack_worker_service_enabled': False}))
+        proc = _worker('--limit', node, '--extra-vars', container_vars)
         assert proc.returncode == 0, proc.stdout[-4000:]
-        assert 'Run | verify the unit with systemd-analyze' in proc.stdout
         rc, verify = _module(node, 'ansible.builtin.command',
                                    'systemd-analyze verify /etc/systemd/system/gpustack-worker.service')
         assert rc == 0, verify

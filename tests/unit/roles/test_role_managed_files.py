@@ -292,8 +292,8 @@ def _edit(path, old, new):
 
 def test_a_task_writing_another_mode_than_declared_is_caught(tmp_path):
     role_dir = role_copy(tmp_path, 'gpustack_worker')
-    _edit(role_dir / 'tasks' / 'configure.yml', '_gpustack_worker_env_file, _gpustack_worker_unit_file]',
-          "_gpustack_worker_env_file, _gpustack_worker_unit_file | combine({'mode': '0640'})]")
+    _edit(role_dir / 'tasks' / 'configure.yml', "_gpustack_worker_unit_file | combine({'backup': true,",
+          "_gpustack_worker_unit_file | combine({'mode': '0640', 'backup': true,")
     problems = disagreements(*declared_and_written(tmp_path, 'gpustack_worker'))
     assert problems == ["/etc/systemd/system/gpustack-worker.service: mode declared '0644', "
                         "task 'Configure | directories, config.yaml, worker environment and systemd unit' writes '0640'"]

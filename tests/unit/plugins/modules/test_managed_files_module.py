@@ -4,15 +4,20 @@
 """managed_files end to end: the module runs in its own Python process the way Ansible runs it
 (an args file holding ANSIBLE_MODULE_ARGS) on a table under tmp_path, and what it wrote (and
 answered) is checked: one call converges the whole table, a rerun changes nothing, check mode
-writes nothing, a failed validate keeps the old file, contents never come back."""
+writes nothing, a failed validate keeps the old file, a unit systemd-analyze verify rejects
+is never written, contents never come back."""
 
 from __future__ import annotations
 
 import grp
+import importlib.util
 import json
 import os
 import pwd
+import shutil
 import stat
+
+import pytest
 
 from local_playbook import run_module_file  # pylint: disable=import-error
 
@@ -146,3 +151,69 @@ def test_a_missing_or_unrunnable_executable_fails_before_anything_is_written(tmp
     written = run_module(tmp_path, MODULE, {'files': table(tmp_path), 'executables': [str(link)]})
     assert written.get('failed') is not True, written
     assert (tmp_path / 'unit.service').exists()
+
+
+# --- verify_unit: systemd-analyze verify of a changing unit, before anything is written -------
+
+GOOD_UNIT = '[Unit]\nDescription=x\n[Service]\nExecStart=/bin/true\n'
+BAD_UNITS = [
+    ('[Unit]\nDescription=x\n[Service]\nExecStart=/nonexistent/kvpin-program\n',
+     'unit.service: Command /nonexistent/kvpin-program is not executable'),
+    ('[Unit]\nDescription=x\n[Service]\nExecStart=/bin/true\nExecStartt=/bin/true\n',
+     "unit.service:5: Unknown key 'ExecStartt' in section [Service]"),
+    ('[Unit]\nDescription=x\nRequires=kvpin-no-such-unit.service\n[Service]\nExecStart=/bin/true\n',
+     'Unit kvpin-no-such-unit.service not found'),
+]
+
+
+def unit_table(root, unit):
+    files = table(root, unit=unit)
+    files[2]['verify_unit'] = True
+    return files
+
+
+def needs_systemd_analyze():
+    if shutil.which('systemd-analyze') is None:
+        pytest.skip('systemd-analyze not installed')
+
+
+def test_a_unit_systemd_analyze_rejects_fails_the_call_before_anything_is_written(tmp_path):
+    needs_systemd_analyze()
+    for unit, complaint in BAD_UNITS:
+        result = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, unit)})
+        assert result['failed'] is True, result
+        assert result['msg'].startswith('files[2] (%s): systemd-analyze verify: ' % (tmp_path / 'unit.service')), result
+        assert complaint in result['msg'] and result['msg'].endswith('; nothing written'), result
+        # The scratch copy's directory is not in the message, and nothing was written.
+        assert 'kvpin-verify-' not in result['msg']
+        assert result['changed'] is False and result['files'] == []
+        assert not (tmp_path / 'data').exists() and not (tmp_path / 'unit.service').exists()
+    # Check mode does not verify (the unit's program may come with an install that has not run).
+    checked = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, BAD_UNITS[0][0])}, check_mode=True)
+    assert checked.get('failed') is not True and checked['changed'] is True
+    written = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, GOOD_UNIT)})
+    assert written.get('failed') is not True, written
+    assert (tmp_path / 'unit.service').read_text() == GOOD_UNIT
+
+
+def test_a_unit_that_does_not_change_is_not_verified_again(tmp_path):
+    # Verified when it was written: a rerun neither pays for verify nor fails on what the
+    # node's systemd learned since (here: a unit written without verify_unit).
+    needs_systemd_analyze()
+    bad = BAD_UNITS[0][0]
+    assert run_module(tmp_path, MODULE, {'files': table(tmp_path, unit=bad)})['changed'] is True
+    again = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, bad)})
+    assert again.get('failed') is not True and again['changed'] is False, again
+
+
+def test_only_lines_naming_the_unit_are_its_complaints():
+    spec = importlib.util.spec_from_file_location('managed_files_module', MODULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    output = ('/etc/systemd/system/other.service:5: Unknown key \'Bogus\' in section [Service], ignoring.\n'
+              'gpustack-worker.service: Command /usr/local/bin/gpustack is not executable: No such file\n'
+              '/tmp/kvpin-verify-x/gpustack-worker.service:7: Unknown key \'Foo\'\n\n')
+    assert module.unit_complaints(output, 'gpustack-worker.service') == [
+        'gpustack-worker.service: Command /usr/local/bin/gpustack is not executable: No such file',
+        "/tmp/kvpin-verify-x/gpustack-worker.service:7: Unknown key 'Foo'"]
+    assert module.unit_complaints(output, 'watchdog.service') == []
