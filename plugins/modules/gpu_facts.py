@@ -66,10 +66,10 @@ options:
   library_wheel:
     description:
       - The nvidia-ml-py wheel, sent by the controller, to unpack into O(library_dir) and import
-        when C(pynvml) cannot be imported otherwise (C(site.yml)'s probe sends it every time, so
-        a fresh node is read in the same call). The copy of the same version already kept in
-        O(library_dir) is imported instead of unpacking it again. Ignored when C(pynvml) can be
-        imported.
+        when C(pynvml) cannot be imported otherwise (C(site.yml)'s prereq phase, after a probe
+        that answered RV(missing_library)). The copy of the same version already kept in
+        O(library_dir) is imported instead (the same call twice writes nothing the second
+        time); a copy that does not import is replaced. Ignored when C(pynvml) can be imported.
       - Pure-Python wheels only, at most 16 MiB; its members must stay inside the directory.
       - In check mode the wheel is unpacked into a temporary directory, imported and removed,
         so the GPUs are read and nothing is kept.
@@ -421,8 +421,8 @@ def load_pynvml(module, wheel):
                              exception=PYNVML_IMPORT_ERROR, missing_library=DISTRIBUTION)
         return load_module_file('pynvml', module_file), 'library_dir'
     stem, data = wheel
-    # The copy this same wheel left on an earlier run is imported as it is: a probe that sends
-    # the wheel every time (site.yml) writes nothing on a node that already has it.
+    # The copy this same wheel left on an earlier run is imported as it is: the same call twice
+    # writes nothing the second time.
     kept, dummy_reason = trusted_copy(library_dir, stem, 'pynvml')
     if kept is not None:
         try:

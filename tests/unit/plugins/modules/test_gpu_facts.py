@@ -277,7 +277,7 @@ def test_a_sent_wheel_is_unpacked_kept_and_imported_by_later_probes(tmp_path, st
 
 
 def test_the_wheel_sent_again_imports_the_kept_copy_and_writes_nothing(tmp_path, stub_library):
-    # site.yml's probe sends the wheel on every run: a node that has its copy must not change.
+    # The same call twice: the second finds the copy the first kept and changes nothing.
     library_dir = tmp_path / 'lib'
     args = {'library_path': stub_library, 'library_dir': str(library_dir),
             'library_wheel': wheel_arg(build_wheel(tmp_path))}
