@@ -295,32 +295,21 @@ def test_the_wheel_sent_again_imports_the_kept_copy_and_writes_nothing(tmp_path,
     assert sorted(p.name for p in library_dir.iterdir()) == ['nvidia_ml_py-13.615.71']
 
 
-def test_a_damaged_kept_copy_is_replaced_by_the_wheel_sent_again(tmp_path, stub_library):
+@pytest.mark.parametrize('kept', [
+    'nvidia_ml_py-13.615.71',  # the sent version, damaged: replaced whole
+    'nvidia_ml_py-12.0',       # another version: the controller's wheelhouse decides, not what is kept
+])
+def test_a_kept_copy_that_is_not_the_sent_wheel_working_does_not_stand_in_for_it(tmp_path, stub_library, kept):
     library_dir = tmp_path / 'lib'
-    copy = library_dir / 'nvidia_ml_py-13.615.71'
-    copy.mkdir(parents=True, mode=0o755)
+    (library_dir / kept).mkdir(parents=True, mode=0o755)
     library_dir.chmod(0o755)
-    (copy / 'pynvml.py').write_text('raise ImportError("half a copy")\n')
+    (library_dir / kept / 'pynvml.py').write_text('raise ImportError("the kept copy was imported")\n')
     result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
                                    'library_wheel': wheel_arg(build_wheel(tmp_path))},
                         stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
     assert result.get('failed') is not True, result
     assert result['changed'] is True and result['pynvml_from'] == 'library_wheel'
-    assert 'half a copy' not in (copy / 'pynvml.py').read_text()
-
-
-def test_another_version_kept_does_not_stand_in_for_the_wheel_sent(tmp_path, stub_library):
-    # The controller's wheelhouse decides the version: a different kept copy is not "the same".
-    library_dir = tmp_path / 'lib'
-    old = library_dir / 'nvidia_ml_py-12.0'
-    old.mkdir(parents=True, mode=0o755)
-    library_dir.chmod(0o755)
-    (old / 'pynvml.py').write_text('raise ImportError("the other version was imported")\n')
-    result = run_module(tmp_path, {'library_path': stub_library, 'library_dir': str(library_dir),
-                                   'library_wheel': wheel_arg(build_wheel(tmp_path))},
-                        stub_config=fixture_path('lab-4090x2'), without_pynvml=True)
-    assert result.get('failed') is not True, result
-    assert result['changed'] is True and (library_dir / 'nvidia_ml_py-13.615.71' / 'pynvml.py').is_file()
+    assert 'kept copy' not in (library_dir / 'nvidia_ml_py-13.615.71' / 'pynvml.py').read_text()
 
 
 def test_the_newest_unpacked_copy_is_imported(tmp_path, stub_library):
