@@ -78,6 +78,12 @@ options:
             run.
         type: bool
         default: false
+  verify_timeout:
+    description:
+      - Seconds one O(files[].verify_unit) check may take (through C(timeout) from coreutils);
+        one that takes longer fails the call with nothing written. 1 to 3600.
+    type: int
+    default: 120
   executables:
     description:
       - Programs the table's units will run, such as a native worker's C(ExecStart). Each must be
@@ -241,6 +247,9 @@ CONVERGE = {'directory': converge_directory, 'file': converge_file, 'absent': co
 
 # Bounds what a unit's complaints add to a message.
 VERIFY_MESSAGE_MAX_CHARS = 1000
+VERIFY_TIMEOUT_RANGE = (1, 3600)
+# What coreutils' timeout exits with when the command ran out of time.
+TIMEOUT_EXPIRED_RC = 124
 
 
 def _content_differs(entry):
@@ -265,6 +274,7 @@ def verify_unit_problems(module, entries):
     if not pending:
         return []
     analyze = module.get_bin_path('systemd-analyze', required=True)
+    timeout = module.get_bin_path('timeout', required=True)
     problems = []
     scratch = tempfile.mkdtemp(prefix='kvpin-verify-')  # 0700: the content is nobody else's to read
     try:
@@ -272,15 +282,19 @@ def verify_unit_problems(module, entries):
             unit_name = os.path.basename(entry['path'])
             candidate = os.path.join(scratch, unit_name)
             fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, 'wb') as out:
-                out.write(to_bytes(entry['content'], errors='surrogate_or_strict'))
-            dummy_rc, out, err = module.run_command([analyze, 'verify', candidate])
+            with os.fdopen(fd, 'wb') as handle:
+                handle.write(to_bytes(entry['content'], errors='surrogate_or_strict'))
+            rc, out, err = module.run_command([timeout, str(module.params['verify_timeout']), analyze, 'verify', candidate])
+            os.unlink(candidate)
+            if rc == TIMEOUT_EXPIRED_RC:
+                problems.append('%s: systemd-analyze verify did not finish in %d s (verify_timeout)'
+                                % (_where(index, entry['path']), module.params['verify_timeout']))
+                continue
             complaints = unit_complaints(to_native(out) + '\n' + to_native(err), unit_name)
             if complaints:
                 text = ' | '.join(line.replace(scratch + os.sep, '') for line in complaints)
                 where = _where(index, entry['path'])
                 problems.append('%s: systemd-analyze verify: %s' % (where, text[:VERIFY_MESSAGE_MAX_CHARS]))
-            os.unlink(candidate)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return problems
@@ -315,9 +329,14 @@ def main():
                 verify_unit=dict(type='bool', default=False),
             )),
             executables=dict(type='list', elements='path', default=[]),
+            verify_timeout=dict(type='int', default=120),
         ),
         supports_check_mode=True,
     )
+    low, high = VERIFY_TIMEOUT_RANGE
+    if not low <= module.params['verify_timeout'] <= high:
+        module.fail_json(msg='verify_timeout: %d s is outside %d..%d s; nothing written' % (module.params['verify_timeout'], low, high),
+                         files=[], changed=False, changed_paths=[])
     if not module.check_mode:
         problems = [p for p in (executable_problem(path) for path in module.params['executables']) if p]
         if problems:

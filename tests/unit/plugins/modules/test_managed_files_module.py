@@ -217,3 +217,23 @@ def test_only_lines_naming_the_unit_are_its_complaints():
         'gpustack-worker.service: Command /usr/local/bin/gpustack is not executable: No such file',
         "/tmp/kvpin-verify-x/gpustack-worker.service:7: Unknown key 'Foo'"]
     assert module.unit_complaints(output, 'watchdog.service') == []
+
+
+def test_a_verify_that_does_not_finish_fails_the_call_and_a_bad_timeout_is_refused(tmp_path, monkeypatch):
+    # A stand-in for systemd-analyze (tests/ only) that hangs: the call is bounded in time.
+    fake_bin = tmp_path / 'fake-bin'
+    fake_bin.mkdir()
+    fake = fake_bin / 'systemd-analyze'
+    fake.write_text('#!/bin/sh\nexec sleep 30\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv('PATH', '%s:%s' % (fake_bin, os.environ.get('PATH', '/usr/bin:/bin')))
+    result = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, GOOD_UNIT), 'verify_timeout': 1})
+    assert result['failed'] is True, result
+    assert result['msg'] == ('files[2] (%s): systemd-analyze verify did not finish in 1 s (verify_timeout); '
+                             'nothing written' % (tmp_path / 'unit.service')), result
+    assert not (tmp_path / 'data').exists() and not (tmp_path / 'unit.service').exists()
+    for bad in (0, -5, 3601):
+        refused = run_module(tmp_path, MODULE, {'files': unit_table(tmp_path, GOOD_UNIT), 'verify_timeout': bad})
+        assert refused['failed'] is True
+        assert refused['msg'] == 'verify_timeout: %d s is outside 1..3600 s; nothing written' % bad, refused
+        assert not (tmp_path / 'data').exists()
