@@ -205,6 +205,15 @@ def _validate(module, index, path, command, tmp_path):
         raise EntryError('%s: validate failed (rc=%d): %s' % (_where(index, path), rc, to_native(err).strip()[-500:]))
 
 
+def _content_differs(entry):
+    """Whether the file at the entry's path is missing, not a regular file, or holds other content:
+    what converge_file writes, and what verify_unit checks first."""
+    path = entry['path']
+    if not os.path.isfile(path) or os.path.islink(path):
+        return True
+    return sha1_of_file(path) != content_sha1(entry['content'])
+
+
 def converge_file(module, index, entry):
     path = entry['path']
     content = entry.get('content')
@@ -214,7 +223,7 @@ def converge_file(module, index, entry):
         raise EntryError('%s: exists and is not a regular file' % _where(index, path))
     exists = os.path.exists(path)
     result = {'path': path, 'changed': False, 'created': not exists, 'backup_file': ''}
-    same = exists and sha1_of_file(path) == content_sha1(content)
+    same = exists and not _content_differs(entry)
     if not same:
         result['changed'] = True
         if module.check_mode:
@@ -250,13 +259,6 @@ VERIFY_MESSAGE_MAX_CHARS = 1000
 VERIFY_TIMEOUT_RANGE = (1, 3600)
 # What coreutils' timeout exits with when the command ran out of time.
 TIMEOUT_EXPIRED_RC = 124
-
-
-def _content_differs(entry):
-    path = entry['path']
-    if not os.path.isfile(path) or os.path.islink(path):
-        return True
-    return sha1_of_file(path) != content_sha1(entry['content'])
 
 
 def unit_complaints(output, unit_name):
