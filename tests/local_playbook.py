@@ -56,16 +56,17 @@ def run_repo_playbook(work, playbook, *options, nodes=('node0',), timeout=300):
                           timeout=timeout, check=False)
 
 
-def run_module_file(work, module, args):
+def run_module_file(work, module, args, wrapper=()):
     """Run one module file in its own Python process the way Ansible runs it (an args file
     holding ANSIBLE_MODULE_ARGS), on the collection as it is checked out, with a clean
     environment under the directory ``work``; returns the CompletedProcess. A traceback is a
-    failure here: bad input must come back as a message."""
+    failure here: bad input must come back as a message. ``wrapper``: a command the Python
+    process runs under (e.g. a private mount namespace), its argv prefix."""
     args_file = work / 'args.json'
     args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
     env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': collections_root(),
            'HOME': str(work), 'LC_ALL': 'C.UTF-8'}
-    proc = subprocess.run([sys.executable, module, str(args_file)], env=env, capture_output=True, text=True,
+    proc = subprocess.run(list(wrapper) + [sys.executable, module, str(args_file)], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert 'Traceback' not in proc.stderr, proc.stderr
     return proc

@@ -21,8 +21,49 @@ description:
     health check.
   - Never returns or logs a file's content (the content option is C(no_log)); an error names the
     entry's index and path, never its content.
+  - Creates the system groups and users the table's owners need (O(groups), O(users)) first, in
+    the same call, the way M(ansible.builtin.group) and M(ansible.builtin.user) with C(system)
+    do. A missing one is created with C(groupadd)/C(useradd), an existing user whose primary
+    group, shell or home differ is corrected with C(usermod) (its home is never created or
+    moved), and an existing group is left as it is.
   - In check mode nothing is written; the result says what would change.
 options:
+  groups:
+    description: System groups to create when missing, before anything else.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The group's name (letters, digits, C(_), C(-); up to 32 characters).
+        type: str
+        required: true
+  users:
+    description:
+      - System users to create when missing or correct when they differ, after O(groups) and
+        before O(files) (whose owners they may be).
+      - An existing account with uid 0 is never changed (the module fails naming what would
+        change), so a watchdog's shell and home never become root's.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The user's name (letters, digits, C(_), C(-); up to 32 characters).
+        type: str
+        required: true
+      group:
+        description: Its primary group, by name; must exist or be in O(groups).
+        type: str
+        required: true
+      shell:
+        description: Its login shell, an absolute path.
+        type: str
+        default: /usr/sbin/nologin
+      home:
+        description: Its home directory, an absolute path (never created).
+        type: str
+        default: /nonexistent
   files:
     description: The table, in order (a directory before the files in it).
     type: list
@@ -96,11 +137,23 @@ options:
 author:
   - kvpin.fleet contributors (!UNKNOWN)
 notes:
+  - Accounts are created before any file is written; when one cannot be, nothing in O(files) is
+    written.
   - Files already written by this call stay written when a later entry fails; the result of a
     failure lists them (C(files)) so a rollback can use their backups.
 '''
 
 EXAMPLES = r'''
+- name: Configure | the watchdog's account, program and config
+  kvpin.fleet.managed_files:
+    groups:
+      - {name: kvpin-watchdog}
+    users:
+      - {name: kvpin-watchdog, group: kvpin-watchdog}
+    files:
+      - {path: /etc/kvpin, state: directory, owner: root, group: kvpin-watchdog, mode: "0750"}
+  no_log: true
+
 - name: Configure | the worker's directories, config, environment and unit
   kvpin.fleet.managed_files:
     files:
@@ -112,8 +165,30 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+accounts:
+  description: One result per group, then per user, in the order given.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The account's name.
+      type: str
+    kind:
+      description: C(group) or C(user).
+      type: str
+    changed:
+      description: Whether it was created or corrected (or would be, in check mode).
+      type: bool
+    created:
+      description: Whether it did not exist before.
+      type: bool
+    corrected:
+      description: What differed on an existing user (C(group), C(shell), C(home)).
+      type: list
+      elements: str
 changed:
-  description: Whether any entry changed.
+  description: Whether any account or entry changed.
   returned: always
   type: bool
 changed_paths:
@@ -142,7 +217,10 @@ files:
       type: str
 '''
 
+import grp
 import os
+import pwd
+import re
 import shutil
 import tempfile
 
@@ -252,6 +330,107 @@ def converge_file(module, index, entry):
     return result
 
 
+# What useradd/groupadd accept on every distribution we run on (no leading digit or dash,
+# no dots or uppercase, which some accept and others refuse), and their length limit.
+ACCOUNT_NAME = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
+# A shell or home: absolute, printable, no separator useradd's files use.
+ACCOUNT_PATH = re.compile(r'^/[^:\s\x00-\x1f\x7f]{0,255}$')
+
+
+def account_problems(groups, users):
+    """Why the O(groups)/O(users) lists cannot be applied as given (field names, values): empty
+    when they can. Checked before anything is changed."""
+    problems = []
+    for index, group in enumerate(groups):
+        if not ACCOUNT_NAME.match(group['name']):
+            problems.append('groups[%d].name: %r is not a valid group name (a-z, 0-9, _, -; up to 32, '
+                            'not starting with a digit or -)' % (index, group['name']))
+    for index, user in enumerate(users):
+        for field in ('name', 'group'):
+            if not ACCOUNT_NAME.match(user[field]):
+                problems.append('users[%d].%s: %r is not a valid %s name (a-z, 0-9, _, -; up to 32, '
+                                'not starting with a digit or -)' % (index, field, user[field],
+                                                                     'user' if field == 'name' else 'group'))
+        for field in ('shell', 'home'):
+            if not ACCOUNT_PATH.match(user[field]):
+                problems.append('users[%d].%s: %r is not an absolute path without spaces, colons or control '
+                                'characters' % (index, field, user[field]))
+    return problems
+
+
+def _group_gid(name):
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None
+
+
+def _passwd(name):
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def user_corrections(entry, gid, shell, home, wanted_gid):
+    """The fields of an existing user that differ from ``entry``: [(field, usermod flag, value)]."""
+    found = []
+    if wanted_gid is None or gid != wanted_gid:
+        found.append(('group', '-g', entry['group']))
+    if shell != entry['shell']:
+        found.append(('shell', '-s', entry['shell']))
+    if home != entry['home']:
+        found.append(('home', '-d', entry['home']))
+    return found
+
+
+def _run_account_command(module, where, argv):
+    rc, dummy_out, err = module.run_command(argv)
+    if rc != 0:
+        raise EntryError('%s: %s failed (rc=%d): %s' % (where, os.path.basename(argv[0]), rc, to_native(err).strip()[-500:]))
+
+
+def converge_accounts(module, groups, users, results):
+    """Create missing groups, then create or correct users, appending one result per account to
+    ``results`` (so a failure still reports the accounts already created)."""
+    to_create = set()
+    for index, group in enumerate(groups):
+        name = group['name']
+        created = _group_gid(name) is None
+        results.append({'name': name, 'kind': 'group', 'changed': created, 'created': created, 'corrected': []})
+        if created:
+            to_create.add(name)
+            if not module.check_mode:
+                _run_account_command(module, 'groups[%d] (%s)' % (index, name),
+                                     [module.get_bin_path('groupadd', required=True), '--system', name])
+    for index, user in enumerate(users):
+        name = user['name']
+        where = 'users[%d] (%s)' % (index, name)
+        wanted_gid = _group_gid(user['group'])
+        if wanted_gid is None and not (module.check_mode and user['group'] in to_create):
+            raise EntryError('%s: group %s does not exist (add it to groups)' % (where, user['group']))
+        found = _passwd(name)
+        if found is None:
+            results.append({'name': name, 'kind': 'user', 'changed': True, 'created': True, 'corrected': []})
+            if not module.check_mode:
+                _run_account_command(module, where, [
+                    module.get_bin_path('useradd', required=True), '--system', '--gid', user['group'],
+                    '--shell', user['shell'], '--home-dir', user['home'], '--no-create-home', name])
+            continue
+        corrections = user_corrections(user, found.pw_gid, found.pw_shell, found.pw_dir, wanted_gid)
+        if corrections and found.pw_uid == 0:
+            raise EntryError('%s: uid 0; refusing to change its %s (to %s): give the watchdog a dedicated user'
+                             % (where, ', '.join(field for field, dummy, dummy2 in corrections),
+                                ', '.join(value for dummy, dummy2, value in corrections)))
+        results.append({'name': name, 'kind': 'user', 'changed': bool(corrections), 'created': False,
+                        'corrected': [field for field, dummy, dummy2 in corrections]})
+        if corrections and not module.check_mode:
+            argv = [module.get_bin_path('usermod', required=True)]
+            for dummy, flag, value in corrections:
+                argv.extend([flag, value])
+            _run_account_command(module, where, argv + [name])
+
+
 CONVERGE = {'directory': converge_directory, 'file': converge_file, 'absent': converge_absent}
 
 # Bounds what a unit's complaints add to a message.
@@ -318,6 +497,15 @@ def executable_problem(path):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            groups=dict(type='list', elements='dict', default=[], options=dict(
+                name=dict(type='str', required=True),
+            )),
+            users=dict(type='list', elements='dict', default=[], options=dict(
+                name=dict(type='str', required=True),
+                group=dict(type='str', required=True),
+                shell=dict(type='str', default='/usr/sbin/nologin'),
+                home=dict(type='str', default='/nonexistent'),
+            )),
             files=dict(type='list', elements='dict', required=True, options=dict(
                 path=dict(type='str', required=True),
                 state=dict(type='str', default='file', choices=['file', 'directory', 'absent']),
@@ -335,21 +523,30 @@ def main():
         ),
         supports_check_mode=True,
     )
+    nothing = dict(files=[], accounts=[], changed=False, changed_paths=[])
     low, high = VERIFY_TIMEOUT_RANGE
     if not low <= module.params['verify_timeout'] <= high:
         module.fail_json(msg='verify_timeout: %d s is outside %d..%d s; nothing written' % (module.params['verify_timeout'], low, high),
-                         files=[], changed=False, changed_paths=[])
+                         **nothing)
+    problems = account_problems(module.params['groups'], module.params['users'])
+    if problems:
+        module.fail_json(msg='%s; nothing changed' % '; '.join(problems), **nothing)
     if not module.check_mode:
         problems = [p for p in (executable_problem(path) for path in module.params['executables']) if p]
         if problems:
-            module.fail_json(msg='executables: %s; nothing written' % '; '.join(problems), files=[], changed=False,
-                             changed_paths=[])
+            module.fail_json(msg='executables: %s; nothing written' % '; '.join(problems), **nothing)
         try:
             problems = verify_unit_problems(module, module.params['files'])
         except OSError as exc:
             problems = ['cannot verify the units: %s' % to_native(exc)]
         if problems:
-            module.fail_json(msg='%s; nothing written' % '; '.join(problems), files=[], changed=False, changed_paths=[])
+            module.fail_json(msg='%s; nothing written' % '; '.join(problems), **nothing)
+    accounts = []
+    try:
+        converge_accounts(module, module.params['groups'], module.params['users'], accounts)
+    except EntryError as exc:
+        module.fail_json(msg='%s; no file written' % exc, files=[], accounts=accounts,
+                         changed=any(a['changed'] for a in accounts), changed_paths=[])
     results = []
     seen = set()
     for index, entry in enumerate(module.params['files']):
@@ -365,9 +562,10 @@ def main():
             results.append(CONVERGE[entry['state']](module, index, entry))
         except (EntryError, OSError) as exc:
             message = str(exc) if isinstance(exc, EntryError) else '%s: %s' % (_where(index, path), to_native(exc))
-            module.fail_json(msg=message, files=results, changed=any(r['changed'] for r in results),
+            module.fail_json(msg=message, files=results, accounts=accounts,
+                             changed=any(r['changed'] for r in results + accounts),
                              changed_paths=[r['path'] for r in results if r['changed']])
-    module.exit_json(changed=any(r['changed'] for r in results), files=results,
+    module.exit_json(changed=any(r['changed'] for r in results + accounts), files=results, accounts=accounts,
                      changed_paths=[r['path'] for r in results if r['changed']])
 
 

@@ -185,6 +185,23 @@ def test_watchdogs_active_with_a_valid_config(node):
         assert check.rc == 0, '%s: %s' % (unit, check.stderr[-1000:])
 
 
+def test_each_watchdog_runs_as_the_system_account_made_for_it(node):
+    # serving_watchdog's documented account (defaults: kvpin-watchdog, its own group), created
+    # without a login shell or a home, as Debian's useradd --system numbers it (below UID 1000).
+    if not (node.watchdogs and node.deployments):
+        return
+    user = node.host.user('kvpin-watchdog')
+    assert user.exists
+    assert user.group == 'kvpin-watchdog'
+    assert user.uid < 1000 and user.shell == '/usr/sbin/nologin' and user.home == '/nonexistent'
+    assert not node.host.file('/nonexistent').exists
+    for deployment in node.deployments:
+        unit = 'kvpin-watchdog-%s.service' % deployment['name']
+        pid = node.host.check_output('systemctl show -p MainPID --value %s', unit)
+        owner = node.host.check_output('ps -o user= -p %s', pid).strip()
+        assert owner in ('kvpin-watchdog', 'kvpin-w+'), (unit, owner)   # ps cuts names at 8
+
+
 def watchdog_config(node, name):
     """A watchdog's config as its program reads it: JSON after dropping the '#' lines."""
     text = node.host.file('%s/%s.json' % (WATCHDOG_CONFIG_DIR, name)).content_string

@@ -7,8 +7,8 @@ owner, group or content than declared would be "changed" on every run; a file wr
 declared would never be repaired; one declared but never written would never converge.
 
 How: every file-writing task of the role (copy with content, file with a present state, user,
-group), wherever it sits in tasks/, is rewritten into a set_fact that records what that task
-would write (path, state, owner, group, mode, sha1 of the content) with the task's own
+group, and each row, group and user of a kvpin.fleet.managed_files call), wherever it sits in
+tasks/, is rewritten into a set_fact that records what that task would write (path, state, owner, group, mode, sha1 of the content) with the task's own
 arguments, loop, loop_control, vars and when. The recorder runs inside a copy of the role (same
 vars, defaults, templates), next to the role's own desired_state.yml, with ansible-playbook on
 localhost: nothing is written outside tmp_path. Hand-editing either side (a task's mode, a row
@@ -159,7 +159,27 @@ def _table_recorder(task, when, set_facts):
     }
     if conditions:
         recorder['when'] = conditions
-    return kept + [recorder]
+    # The accounts the same call creates (its groups, then its users), recorded like the
+    # ansible.builtin.group / user tasks they replace.
+    accounts = []
+    for kind, key in (('group', 'groups'), ('user', 'users')):
+        rows = task['kvpin.fleet.managed_files'].get(key)
+        if not rows:
+            continue
+        account = {
+            'name': 'record | %s | %s' % (task.get('name'), key),
+            'ansible.builtin.set_fact': {
+                '_recorded': "{{ (_recorded | default([])) + [{'kind': %s, 'name': _rec_account.name,"
+                             " 'state': 'present', 'task': %s}] }}" % (json.dumps(kind), json.dumps(task.get('name'))),
+            },
+            'loop': rows,
+            'loop_control': {'loop_var': '_rec_account', 'label': '{{ _rec_account.name }}'},
+            'vars': dict(task.get('vars') or {}),
+        }
+        if conditions:
+            account['when'] = conditions
+        accounts.append(account)
+    return kept + accounts + [recorder]
 
 
 def _recorders(role_dir):
@@ -304,8 +324,18 @@ def test_a_write_left_out_of_the_declared_state_is_caught(tmp_path):
     _edit(role_dir / 'tasks' / 'desired_state.yml', '(_serving_watchdog_node_files\n',
           '(_serving_watchdog_node_files[1:]\n')
     problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
-    assert problems == ["/usr/local/lib/kvpin: written by 'Write the program, directories, configs, units, polkit "
-                        "rules, key files and switch units' but not declared (never checked, never repaired)"]
+    assert problems == ["/usr/local/lib/kvpin: written by 'Create the watchdog user; write the program, directories, "
+                        "configs, units, polkit rules, key files and switch units' but not declared (never checked, "
+                        "never repaired)"]
+
+
+def test_an_account_the_write_creates_but_the_state_does_not_declare_is_caught(tmp_path):
+    # The watchdog's user is created by the same managed_files call that writes its files.
+    role_dir = role_copy(tmp_path, 'serving_watchdog')
+    _edit(role_dir / 'tasks' / 'desired_state.yml', '      users:\n        - "{{ serving_watchdog_user }}"\n',
+          '      users: []\n')
+    problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
+    assert problems == ["users: declared [], tasks create ['kvpin-watchdog']"]
 
 
 def test_a_content_the_tasks_do_not_write_is_caught(tmp_path):

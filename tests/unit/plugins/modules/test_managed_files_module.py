@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
 
 import pytest
 
@@ -237,3 +238,128 @@ def test_a_verify_that_does_not_finish_fails_the_call_and_a_bad_timeout_is_refus
         assert refused['failed'] is True
         assert refused['msg'] == 'verify_timeout: %d s is outside 1..3600 s; nothing written' % bad, refused
         assert not (tmp_path / 'data').exists()
+
+
+# -- groups and users (the watchdog's account, created in the same call as its files) ---------
+
+WATCHDOG_ACCOUNT = {'groups': [{'name': 'kvpin-wdtest'}], 'users': [{'name': 'kvpin-wdtest', 'group': 'kvpin-wdtest'}]}
+
+
+@pytest.fixture
+def private_etc(tmp_path):
+    """A copy of /etc mounted over /etc in a private mount namespace for the module's process
+    alone: the real groupadd/useradd/usermod change the copy, never this machine's accounts.
+    Needs root (CI runs as root, where a skip fails the run)."""
+    if os.geteuid() != 0 or shutil.which('unshare') is None:
+        pytest.skip('needs root and unshare for a private /etc')
+    etc = tmp_path / 'etc'
+    proc = subprocess.run(['cp', '-a', '/etc', str(etc)], capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    wrapper = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$0" /etc && exec "$@"', str(etc)]
+    probe = subprocess.run(wrapper + ['true'], capture_output=True, text=True, check=False, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip('no private mount namespace here: %s' % probe.stderr.strip())
+    return etc, wrapper
+
+
+def run_accounts(tmp_path, wrapper, args, check_mode=False):
+    proc = run_module_file(tmp_path, MODULE, dict(args, _ansible_check_mode=check_mode), wrapper=wrapper)
+    return json.loads(proc.stdout)
+
+
+def etc_entries(etc, name):
+    """{account name: fields} of the private copy's passwd or group file."""
+    with open(str(etc / name)) as handle:
+        return dict((line.split(':')[0], line.rstrip('\n').split(':')) for line in handle if line.strip())
+
+
+def test_the_account_is_created_before_the_files_it_owns_and_a_rerun_changes_nothing(tmp_path, private_etc):
+    etc, wrapper = private_etc
+    args = dict(WATCHDOG_ACCOUNT, files=[
+        {'path': str(tmp_path / 'conf'), 'state': 'directory', 'owner': 'kvpin-wdtest', 'group': 'kvpin-wdtest',
+         'mode': '0750'}])
+    first = run_accounts(tmp_path, wrapper, args)
+    assert first.get('failed') is not True, first
+    assert first['changed'] is True and first['changed_paths'] == [str(tmp_path / 'conf')]
+    assert [(a['kind'], a['name'], a['created']) for a in first['accounts']] == [
+        ('group', 'kvpin-wdtest', True), ('user', 'kvpin-wdtest', True)]
+    user = etc_entries(etc, 'passwd')['kvpin-wdtest']
+    group = etc_entries(etc, 'group')['kvpin-wdtest']
+    assert user[3] == group[2]                                   # its primary group
+    assert user[5:] == ['/nonexistent', '/usr/sbin/nologin']
+    assert int(user[2]) < 1000                                   # a system account
+    assert not os.path.exists('/nonexistent')                    # no home made
+    assert os.stat(str(tmp_path / 'conf')).st_uid == int(user[2])
+    assert 'kvpin-wdtest' not in etc_entries(type(tmp_path)('/etc'), 'passwd')   # this machine untouched
+    again = run_accounts(tmp_path, wrapper, args)
+    assert again['changed'] is False, again
+    assert [a['changed'] for a in again['accounts']] == [False, False]
+
+
+def test_an_existing_user_is_corrected_and_check_mode_only_reports(tmp_path, private_etc):
+    etc, wrapper = private_etc
+    assert run_accounts(tmp_path, wrapper, dict(WATCHDOG_ACCOUNT, files=[]))['changed'] is True
+    # Someone gave it a login shell and another primary group.
+    passwd = (etc / 'passwd').read_text().splitlines(True)
+    edited = []
+    for line in passwd:
+        fields = line.rstrip('\n').split(':')
+        if fields[0] == 'kvpin-wdtest':
+            fields[3], fields[6] = '0', '/bin/bash'
+        edited.append(':'.join(fields) + '\n')
+    (etc / 'passwd').write_text(''.join(edited))
+    checked = run_accounts(tmp_path, wrapper, dict(WATCHDOG_ACCOUNT, files=[]), check_mode=True)
+    assert checked['changed'] is True and checked['accounts'][1]['corrected'] == ['group', 'shell'], checked
+    assert etc_entries(etc, 'passwd')['kvpin-wdtest'][6] == '/bin/bash'
+    fixed = run_accounts(tmp_path, wrapper, dict(WATCHDOG_ACCOUNT, files=[]))
+    assert fixed['accounts'][1] == {'name': 'kvpin-wdtest', 'kind': 'user', 'changed': True, 'created': False,
+                                    'corrected': ['group', 'shell']}, fixed
+    user = etc_entries(etc, 'passwd')['kvpin-wdtest']
+    assert user[3] == etc_entries(etc, 'group')['kvpin-wdtest'][2] and user[6] == '/usr/sbin/nologin'
+
+
+def test_root_is_never_changed_and_a_missing_group_fails_before_any_file(tmp_path, private_etc):
+    etc, wrapper = private_etc
+    before = (etc / 'passwd').read_text()
+    target = str(tmp_path / 'f')
+    root = run_accounts(tmp_path, wrapper, {'users': [{'name': 'root', 'group': 'root'}],
+                                            'files': [{'path': target, 'content': SECRET}]})
+    assert root['failed'] is True
+    assert root['msg'] == ('users[0] (root): uid 0; refusing to change its shell, home (to /usr/sbin/nologin, '
+                           '/nonexistent): give the watchdog a dedicated user; no file written'), root
+    missing = run_accounts(tmp_path, wrapper, {'users': [{'name': 'kvpin-wdtest', 'group': 'kvpin-nosuch'}],
+                                               'files': [{'path': target, 'content': SECRET}]})
+    assert missing['failed'] is True
+    assert missing['msg'] == ('users[0] (kvpin-wdtest): group kvpin-nosuch does not exist (add it to groups); '
+                              'no file written'), missing
+    # Unchanged root, no user made, no file written; root as it is is no change at all.
+    assert (etc / 'passwd').read_text() == before and not os.path.exists(target)
+    as_is = run_accounts(tmp_path, wrapper, {'users': [{'name': 'root', 'group': 'root', 'shell': etc_entries(
+        etc, 'passwd')['root'][6], 'home': etc_entries(etc, 'passwd')['root'][5]}], 'files': []})
+    assert as_is['changed'] is False, as_is
+
+
+def test_check_mode_on_a_node_without_the_account_creates_nothing(tmp_path, private_etc):
+    etc, wrapper = private_etc
+    result = run_accounts(tmp_path, wrapper, dict(WATCHDOG_ACCOUNT, files=[]), check_mode=True)
+    assert result['changed'] is True and [a['created'] for a in result['accounts']] == [True, True], result
+    assert 'kvpin-wdtest' not in etc_entries(etc, 'passwd') and 'kvpin-wdtest' not in etc_entries(etc, 'group')
+
+
+@pytest.mark.parametrize('args, message', [
+    ({'groups': [{'name': '0day'}]}, "groups[0].name: '0day' is not a valid group name"),
+    ({'groups': [{'name': '-rf'}]}, "groups[0].name: '-rf' is not a valid group name"),
+    ({'users': [{'name': 'a:b', 'group': 'g'}]}, "users[0].name: 'a:b' is not a valid user name"),
+    ({'users': [{'name': 'u' * 33, 'group': 'g'}]}, "users[0].name: '%s' is not a valid user name" % ('u' * 33)),
+    ({'users': [{'name': 'u', 'group': 'G'}]}, "users[0].group: 'G' is not a valid group name"),
+    ({'users': [{'name': 'u', 'group': 'g', 'shell': 'bin/sh'}]}, "users[0].shell: 'bin/sh' is not an absolute path"),
+    ({'users': [{'name': 'u', 'group': 'g', 'home': '/a b'}]}, "users[0].home: '/a b' is not an absolute path"),
+    ({'users': [{'name': 'u', 'group': 'g', 'home': '/x:/bin/sh'}]}, "users[0].home: '/x:/bin/sh' is not"),
+    ({'users': [{'name': 'u', 'group': 'g', 'shell': '/bin/sh\nroot'}]}, "users[0].shell: '/bin/sh\\nroot' is not"),
+])
+def test_bad_account_fields_are_refused_naming_them_before_anything_changes(tmp_path, args, message):
+    # Refused before any command runs: safe without a private /etc.
+    target = str(tmp_path / 'f')
+    result = run_module(tmp_path, MODULE, dict(args, files=[{'path': target, 'content': SECRET}]))
+    assert result['failed'] is True and message in result['msg'] and result['msg'].endswith('; nothing changed'), result
+    assert result['accounts'] == [] and not os.path.exists(target)
