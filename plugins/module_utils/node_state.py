@@ -141,10 +141,22 @@ class PythonPackageSpec:
 
 
 @dataclass(frozen=True)
+class UserSpec:
+    """A user that must exist; each attribute given (not None) must also be as stated."""
+    name: str
+    group: Optional[str] = None   # primary group, by name
+    shell: Optional[str] = None
+    home: Optional[str] = None
+
+
+USER_ATTRIBUTES = ('group', 'shell', 'home')
+
+
+@dataclass(frozen=True)
 class CheckSpec:
     name: str
     files: Tuple[FileSpec, ...] = ()
-    users: Tuple[str, ...] = ()
+    users: Tuple[UserSpec, ...] = ()
     groups: Tuple[str, ...] = ()
     units: Tuple[UnitSpec, ...] = ()
     http: Tuple[HttpSpec, ...] = ()
@@ -190,10 +202,31 @@ def _require_str(check, field_name, value):
     return value
 
 
+def _list(check, field_name, values):
+    if not isinstance(values, (list, tuple)):
+        raise NodeStateInputError(check, field_name, values, 'must be a list')
+    return values
+
+
 def _string_list(check, field_name, values):
     if not isinstance(values, (list, tuple)):
         raise NodeStateInputError(check, field_name, values, 'must be a list of strings')
     return tuple(_require_str(check, field_name, v) for v in values)
+
+
+def _parse_user(check, index, raw):
+    """A user name (it must exist) or {name, group, shell, home} (each given one must match)."""
+    where = 'users[%d]' % index
+    if isinstance(raw, str):
+        return UserSpec(name=_require_str(check, where, raw))
+    if not isinstance(raw, dict):
+        raise NodeStateInputError(check, where, raw, 'must be a user name or a dict with name, group, shell, home')
+    unknown = sorted(set(raw) - set(('name',) + USER_ATTRIBUTES))
+    if unknown:
+        raise NodeStateInputError(check, where, raw, 'unknown keys %s' % ', '.join(unknown))
+    given = dict((key, None if raw.get(key) is None else _require_str(check, '%s.%s' % (where, key), raw.get(key)))
+                 for key in USER_ATTRIBUTES)
+    return UserSpec(name=_require_str(check, where + '.name', raw.get('name')), **given)
 
 
 def _dict_list(check, field_name, values):
@@ -320,7 +353,7 @@ def parse_checks(raw_checks):
         checks.append(CheckSpec(
             name=name,
             files=tuple(_parse_file(name, i, f) for i, f in enumerate(_dict_list(name, 'files', _given(raw, 'files', [])))),
-            users=_string_list(name, 'users', _given(raw, 'users', [])),
+            users=tuple(_parse_user(name, i, u) for i, u in enumerate(_list(name, 'users', _given(raw, 'users', [])))),
             groups=_string_list(name, 'groups', _given(raw, 'groups', [])),
             units=tuple(_parse_unit(name, i, u) for i, u in enumerate(_dict_list(name, 'units', _given(raw, 'units', [])))),
             http=tuple(_parse_http(name, i, h) for i, h in enumerate(_dict_list(name, 'http', _given(raw, 'http', [])))),
@@ -454,12 +487,18 @@ def file_drift(spec):
                                            want_entries=spec.entries is not None))
 
 
-def user_exists(name):
+def observe_user(name):
+    """None when the user is missing, else its primary group (by name; the gid as a string when
+    no group has it), shell and home."""
     try:
-        pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        return False
-    return True
+        return None
+    try:
+        group = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        group = str(entry.pw_gid)
+    return {'group': group, 'shell': entry.pw_shell, 'home': entry.pw_dir}
 
 
 def group_exists(name):
@@ -470,8 +509,13 @@ def group_exists(name):
     return True
 
 
-def user_drift(name, exists):
-    return [] if exists else ['user %s: missing' % name]
+def user_drift(spec, seen):
+    """What differs between a UserSpec and observe_user()'s answer (None: missing)."""
+    if not seen:
+        return ['user %s: missing' % spec.name]
+    return ['user %s: %s %s, want %s' % (spec.name, key, seen.get(key), getattr(spec, key))
+            for key in USER_ATTRIBUTES
+            if getattr(spec, key) is not None and seen.get(key) != getattr(spec, key)]
 
 
 def group_drift(name, exists):
@@ -699,7 +743,7 @@ def observe(checks, systemctl=None):
                  for name, state in read_unit_states(unit_names, systemctl=systemctl).items())
     return dict(
         files=files,
-        users=dict((name, user_exists(name)) for check in checks for name in check.users),
+        users=dict((spec.name, observe_user(spec.name)) for check in checks for spec in check.users),
         groups=dict((name, group_exists(name)) for check in checks for name in check.groups),
         units=units,
         http=http,
@@ -724,8 +768,9 @@ def compare(checks, observation):
         result = CheckResult(name=check.name)
         for spec in check.files:
             result.drift.extend(compare_file(spec, files.get(spec.path)))
-        for name in check.users:
-            result.drift.extend(user_drift(name, bool(users.get(name))))
+        for spec in check.users:
+            seen = users.get(spec.name)
+            result.drift.extend(user_drift(spec, seen if isinstance(seen, dict) else None))
         for name in check.groups:
             result.drift.extend(group_drift(name, bool(groups.get(name))))
         for spec in check.units:

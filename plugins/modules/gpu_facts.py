@@ -170,7 +170,8 @@ ansible_facts:
       description:
         - What the node has for every object named in O(observe), for
           P(kvpin.fleet.kvpin_node_drift#filter) - per file path its kind, mode, owner, group and
-          sha1; per user and group whether it exists; per unit its C(systemctl show) properties;
+          sha1; per user its primary group, shell and home (null when missing); per group whether
+          it exists; per unit its C(systemctl show) properties;
           per URL the HTTP status; per interpreter the installed versions. Readers that failed
           carry C(error) with the reason.
       returned: when O(observe) is given
@@ -178,8 +179,9 @@ ansible_facts:
       sample:
         files:
           /var/lib/gpustack/config.yaml: {kind: a file, mode: 384, owner: root, group: root, sha1: 0123456789abcdef0123456789abcdef01234567}
-        users: {}
-        groups: {}
+        users:
+          kvpin-watchdog: {group: kvpin-watchdog, shell: /usr/sbin/nologin, home: /nonexistent}
+        groups: {kvpin-watchdog: true}
         units:
           gpustack.service: {properties: {LoadState: loaded, ActiveState: active, SubState: running}, error: null}
         http: {}

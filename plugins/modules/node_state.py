@@ -88,9 +88,12 @@ options:
             type: list
             elements: str
       users:
-        description: User names that must exist.
+        description:
+          - Users that must exist, each a name or a dict with C(name) and any of C(group) (its
+            primary group, by name), C(shell) and C(home), which must then be as given; a
+            difference is drift naming the user, the attribute, what it is and what is wanted.
         type: list
-        elements: str
+        elements: raw
         default: []
       groups:
         description: Group names that must exist.
@@ -313,7 +316,7 @@ def argument_spec():
                 group=dict(type='str'),
                 entries=dict(type='list', elements='str'),
             )),
-            users=dict(type='list', elements='str', default=[]),
+            users=dict(type='list', elements='raw', default=[]),
             groups=dict(type='list', elements='str', default=[]),
             units=dict(type='list', elements='dict', default=[], options=dict(
                 name=dict(type='str', required=True),

@@ -93,18 +93,24 @@ def test_drift_is_found_and_converged_on_that_node_only(fleet):
     watchdog_config = '/etc/kvpin-watchdog/%s.json' % first_deployment_name('lab-4090x2')
     assert lab_fleet.node_exec('lab-mixed', 'chmod', '0644', worker_config).returncode == 0
     assert lab_fleet.node_exec('lab-4090x2', 'sh', '-c', 'echo "# hand edit" >> ' + watchdog_config).returncode == 0
+    # Someone gave the watchdog's system account a login shell.
+    assert lab_fleet.node_exec('lab-4090x4', 'usermod', '-s', '/bin/bash', 'kvpin-watchdog').returncode == 0
 
     mended = playbook('site.yml')
     assert mended.returncode == 0, mended.stdout[-3000:] + mended.stderr
     assert 'lab-mixed: differs: gpustack_worker: %s: mode 0644, wanted 0600' % worker_config in mended.stdout
     assert 'lab-4090x2: differs: serving_watchdog: %s: content differs' % watchdog_config in mended.stdout
+    assert ('lab-4090x4: differs: serving_watchdog: user kvpin-watchdog: shell /bin/bash, want /usr/sbin/nologin'
+            in mended.stdout)
     changed = {node: counts['changed'] for node, counts in recap(mended.stdout).items()}
-    assert changed['lab-mixed'] > 0 and changed['lab-4090x2'] > 0
-    assert changed['lab-a6000x4'] == 0 and changed['lab-4090x4'] == 0
+    assert changed['lab-mixed'] > 0 and changed['lab-4090x2'] > 0 and changed['lab-4090x4'] > 0
+    assert changed['lab-a6000x4'] == 0
     mode = lab_fleet.node_exec('lab-mixed', 'stat', '-c', '%a', worker_config)
     assert mode.stdout.strip() == '600'
     edited = lab_fleet.node_exec('lab-4090x2', 'grep', '-c', 'hand edit', watchdog_config)
     assert edited.stdout.strip() == '0'
+    account = lab_fleet.node_exec('lab-4090x4', 'getent', 'passwd', 'kvpin-watchdog').stdout.strip()
+    assert account.split(':')[5:] == ['/nonexistent', '/usr/sbin/nologin'], account
 
     again = playbook('site.yml')
     assert {node: counts['changed'] for node, counts in recap(again.stdout).items()} == {node: 0 for node in NODES}

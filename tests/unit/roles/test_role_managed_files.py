@@ -169,8 +169,8 @@ def _table_recorder(task, when, set_facts):
         account = {
             'name': 'record | %s | %s' % (task.get('name'), key),
             'ansible.builtin.set_fact': {
-                '_recorded': "{{ (_recorded | default([])) + [{'kind': %s, 'name': _rec_account.name,"
-                             " 'state': 'present', 'task': %s}] }}" % (json.dumps(kind), json.dumps(task.get('name'))),
+                '_recorded': "{{ (_recorded | default([])) + [_rec_account | combine({'kind': %s,"
+                             " 'state': 'present', 'task': %s})] }}" % (json.dumps(kind), json.dumps(task.get('name'))),
             },
             'loop': rows,
             'loop_control': {'loop_var': '_rec_account', 'label': '{{ _rec_account.name }}'},
@@ -278,10 +278,17 @@ def disagreements(desired, written):
         if spec.get('sha1') != rec.get('sha1'):
             problems.append('%s: content declared sha1 %s, task %r writes sha1 %s'
                             % (path, spec.get('sha1'), rec['task'], rec.get('sha1')))
+    # Accounts: a declared user may be a name (it must exist) or a dict whose every attribute
+    # is checked; either way the tasks must create it with exactly those attributes.
     for kind, key in (('user', 'users'), ('group', 'groups')):
-        made = sorted(r['name'] for r in written if r['kind'] == kind and r['state'] == 'present')
-        if made != sorted(desired.get(key, [])):
-            problems.append('%s: declared %r, tasks create %r' % (key, sorted(desired.get(key, [])), made))
+        made = sorted((r['name'], json.dumps(dict((k, v) for k, v in r.items() if k in ('group', 'shell', 'home')),
+                                             sort_keys=True))
+                      for r in written if r['kind'] == kind and r['state'] == 'present')
+        declared = sorted((d, '{}') if isinstance(d, str) else
+                          (d['name'], json.dumps(dict((k, v) for k, v in d.items() if k != 'name'), sort_keys=True))
+                          for d in desired.get(key, []))
+        if made != declared:
+            problems.append('%s: declared %r, tasks create %r' % (key, declared, made))
     return problems
 
 
@@ -332,10 +339,19 @@ def test_a_write_left_out_of_the_declared_state_is_caught(tmp_path):
 def test_an_account_the_write_creates_but_the_state_does_not_declare_is_caught(tmp_path):
     # The watchdog's user is created by the same managed_files call that writes its files.
     role_dir = role_copy(tmp_path, 'serving_watchdog')
-    _edit(role_dir / 'tasks' / 'desired_state.yml', '      users:\n        - "{{ serving_watchdog_user }}"\n',
+    _edit(role_dir / 'tasks' / 'desired_state.yml', '      users:\n        - "{{ _serving_watchdog_account }}"\n',
           '      users: []\n')
     problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
-    assert problems == ["users: declared [], tasks create ['kvpin-watchdog']"]
+    assert problems == ["users: declared [], tasks create [('kvpin-watchdog', '{\"group\": \"kvpin-watchdog\", "
+                        "\"home\": \"/nonexistent\", \"shell\": \"/usr/sbin/nologin\"}')]"]
+
+
+def test_an_account_written_with_another_shell_than_declared_is_caught(tmp_path):
+    role_dir = role_copy(tmp_path, 'serving_watchdog')
+    _edit(role_dir / 'tasks' / 'configure.yml', '      - "{{ _serving_watchdog_account }}"\n',
+          '      - "{{ _serving_watchdog_account | combine({\'shell\': \'/bin/sh\'}) }}"\n')
+    problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
+    assert len(problems) == 1 and problems[0].startswith('users: declared') and '/bin/sh' in problems[0], problems
 
 
 def test_a_content_the_tasks_do_not_write_is_caught(tmp_path):

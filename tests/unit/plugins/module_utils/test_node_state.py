@@ -41,6 +41,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     http_status,
     parse_checks,
     observe,
+    observe_user,
     parse_systemctl_show,
     python_package_drift,
     read_unit_states,
@@ -49,7 +50,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
     unit_drift,
     unit_states_from_show,
     user_drift,
-    user_exists,
+    UserSpec,
 )
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -163,6 +164,12 @@ def test_file_input_errors_name_check_field_and_value(files, field_name, value):
     ({'http': [{'url': 'file:///etc/shadow'}]}, 'http[0].url'),
     ({'http': [{'url': 'http://x/', 'status': 42}]}, 'http[0].status'),
     ({'python_packages': [{'python': 'python3', 'name': 'a', 'version': '1'}]}, 'python_packages[0].python'),
+    ({'users': 'kvpin-watchdog'}, 'users'),
+    ({'users': [7]}, 'users[0]'),
+    ({'users': ['']}, 'users[0]'),
+    ({'users': [{'group': 'g'}]}, 'users[0].name'),
+    ({'users': ['a', {'name': 'u', 'shell': 5}]}, 'users[1].shell'),
+    ({'users': [{'name': 'u', 'uid': 0}]}, 'users[0]'),
 ])
 def test_other_input_errors(raw, field_name):
     with pytest.raises(NodeStateInputError) as raised:
@@ -331,9 +338,32 @@ def test_unreadable_is_drift_not_in_sync():
 
 
 def test_users_and_groups():
-    assert user_drift(ME, user_exists(ME)) == [] and group_drift(MY_GROUP, group_exists(MY_GROUP)) == []
-    assert user_drift('kvpin-no-such-user', user_exists('kvpin-no-such-user')) == ['user kvpin-no-such-user: missing']
+    me = pwd.getpwuid(os.getuid())
+    assert observe_user(ME) == {'group': MY_GROUP, 'shell': me.pw_shell, 'home': me.pw_dir}
+    assert user_drift(UserSpec(ME), observe_user(ME)) == [] and group_drift(MY_GROUP, group_exists(MY_GROUP)) == []
+    assert user_drift(UserSpec(ME, group=MY_GROUP, shell=me.pw_shell, home=me.pw_dir), observe_user(ME)) == []
+    assert observe_user('kvpin-no-such-user') is None
+    assert user_drift(UserSpec('kvpin-no-such-user'), None) == ['user kvpin-no-such-user: missing']
     assert group_drift('kvpin-no-such-group', group_exists('kvpin-no-such-group')) == ['group kvpin-no-such-group: missing']
+
+
+def test_a_user_with_another_shell_home_or_group_is_drift_naming_both_values():
+    seen = {'group': 'root', 'shell': '/bin/bash', 'home': '/root'}
+    want = UserSpec('kvpin-watchdog', group='kvpin-watchdog', shell='/usr/sbin/nologin', home='/nonexistent')
+    assert user_drift(want, seen) == ['user kvpin-watchdog: group root, want kvpin-watchdog',
+                                      'user kvpin-watchdog: shell /bin/bash, want /usr/sbin/nologin',
+                                      'user kvpin-watchdog: home /root, want /nonexistent']
+    # Only the attributes a check states count; a bare name only asks that the user exist.
+    assert user_drift(UserSpec('kvpin-watchdog', shell='/bin/bash'), seen) == []
+    assert user_drift(UserSpec('kvpin-watchdog'), seen) == []
+    # Through parse_checks and compare, as the controller runs it on the probe's observation.
+    [check] = parse_checks([{'name': 'serving_watchdog', 'users': [
+        {'name': 'kvpin-watchdog', 'group': 'kvpin-watchdog', 'shell': '/usr/sbin/nologin', 'home': None}]}])
+    [result] = compare([check], {'users': {'kvpin-watchdog': seen}})
+    assert result.drift == ['user kvpin-watchdog: group root, want kvpin-watchdog',
+                            'user kvpin-watchdog: shell /bin/bash, want /usr/sbin/nologin']
+    [result] = compare([check], {'users': {'kvpin-watchdog': None}})
+    assert result.drift == ['user kvpin-watchdog: missing']
 
 
 # -- systemd units -------------------------------------------------------------------------

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import ctypes.util
+import grp
 import hashlib
 import json
 import os
+import pwd
 import subprocess
 import sys
 import zipfile
@@ -203,7 +205,7 @@ def test_observe_reads_the_named_objects_in_the_same_run(tmp_path, stub_library)
         'library_path': stub_library,
         'observe': [{'name': 'worker',
                      'files': [{'path': str(managed), 'sha1': '0' * 40}, {'path': str(tmp_path / 'absent')}],
-                     'users': ['root'], 'groups': ['kvpin-surely-no-such-group']}],
+                     'users': ['root', 'kvpin-surely-no-such-user'], 'groups': ['kvpin-surely-no-such-group']}],
     }, stub_config=fixture_path('lab-4090x2'))
     facts = result['ansible_facts']
     assert [gpu['name'] for gpu in facts['kvpin_gpus']['gpus']] == ['NVIDIA GeForce RTX 4090'] * 2
@@ -211,7 +213,10 @@ def test_observe_reads_the_named_objects_in_the_same_run(tmp_path, stub_library)
     assert observed['files'][str(managed)]['sha1'] == hashlib.sha1(b'token: s3cret\n').hexdigest()
     assert observed['files'][str(managed)]['mode'] == 0o600
     assert observed['files'][str(tmp_path / 'absent')] == {'kind': 'missing'}
-    assert observed['users'] == {'root': True}
+    root = pwd.getpwnam('root')
+    assert observed['users'] == {'root': {'group': grp.getgrgid(root.pw_gid).gr_name, 'shell': root.pw_shell,
+                                          'home': root.pw_dir},
+                                 'kvpin-surely-no-such-user': None}
     assert observed['groups'] == {'kvpin-surely-no-such-group': False}
     assert 's3cret' not in json.dumps(result)
 
