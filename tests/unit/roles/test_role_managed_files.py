@@ -336,22 +336,23 @@ def test_a_write_left_out_of_the_declared_state_is_caught(tmp_path):
                         "never repaired)"]
 
 
-def test_an_account_the_write_creates_but_the_state_does_not_declare_is_caught(tmp_path):
-    # The watchdog's user is created by the same managed_files call that writes its files.
-    role_dir = role_copy(tmp_path, 'serving_watchdog')
-    _edit(role_dir / 'tasks' / 'desired_state.yml', '      users:\n        - "{{ _serving_watchdog_account }}"\n',
-          '      users: []\n')
-    problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
-    assert problems == ["users: declared [], tasks create [('kvpin-watchdog', '{\"group\": \"kvpin-watchdog\", "
-                        "\"home\": \"/nonexistent\", \"shell\": \"/usr/sbin/nologin\"}')]"]
+ACCOUNT = '"group": "kvpin-watchdog", "home": "/nonexistent", "shell": "%s"'
 
 
-def test_an_account_written_with_another_shell_than_declared_is_caught(tmp_path):
+# The watchdog's user is created by the same managed_files call that writes its files: a user the
+# call creates but the state leaves out, or creates with another shell than declared, is caught.
+@pytest.mark.parametrize('task_file, old, new, problem', [
+    ('desired_state.yml', '      users:\n        - "{{ _serving_watchdog_account }}"\n', '      users: []\n',
+     "users: declared [], tasks create [('kvpin-watchdog', '{%s}')]" % (ACCOUNT % '/usr/sbin/nologin')),
+    ('configure.yml', '      - "{{ _serving_watchdog_account }}"\n',
+     '      - "{{ _serving_watchdog_account | combine({\'shell\': \'/bin/sh\'}) }}"\n',
+     "users: declared [('kvpin-watchdog', '{%s}')], tasks create [('kvpin-watchdog', '{%s}')]"
+     % (ACCOUNT % '/usr/sbin/nologin', ACCOUNT % '/bin/sh')),
+])
+def test_an_account_created_otherwise_than_declared_is_caught(tmp_path, task_file, old, new, problem):
     role_dir = role_copy(tmp_path, 'serving_watchdog')
-    _edit(role_dir / 'tasks' / 'configure.yml', '      - "{{ _serving_watchdog_account }}"\n',
-          '      - "{{ _serving_watchdog_account | combine({\'shell\': \'/bin/sh\'}) }}"\n')
-    problems = disagreements(*declared_and_written(tmp_path, 'serving_watchdog'))
-    assert len(problems) == 1 and problems[0].startswith('users: declared') and '/bin/sh' in problems[0], problems
+    _edit(role_dir / 'tasks' / task_file, old, new)
+    assert disagreements(*declared_and_written(tmp_path, 'serving_watchdog')) == [problem]
 
 
 def test_a_content_the_tasks_do_not_write_is_caught(tmp_path):
