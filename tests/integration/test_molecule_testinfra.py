@@ -4,7 +4,8 @@
 """`molecule verify` (the testinfra suite in tests/testinfra) on the lab fleet: it passes on a
 converged lab, and each hand-made change on one node that breaks a fact the rollout left there
 fails exactly that node's test for the fact: the worker config made 0644, a deployment's
-watchdog stopped, the registration token copied into a world-readable file. The changes are
+watchdog stopped, the registration token copied into a world-readable file, the watchdog's
+system account given a login shell. The changes are
 undone afterwards (by hand, not by a rollout)."""
 
 import os
@@ -27,6 +28,7 @@ WATCHDOG_NODE = 'lab-a6000x4'
 WATCHDOG_UNIT = 'kvpin-watchdog-llama-3.3-70b.service'
 SECRET_NODE = 'lab-mixed'
 LEAK_PATH = '/etc/kvpin-testinfra-leak.txt'
+ACCOUNT_NODE = 'lab-4090x4'
 
 
 def _molecule_verify(tmp_path):
@@ -78,6 +80,7 @@ def test_molecule_verify_fails_on_each_hand_made_change(converged, tmp_path):
     try:
         assert node_exec(CONFIG_NODE, 'chmod', '0644', '/var/lib/gpustack/config.yaml').returncode == 0
         assert node_exec(WATCHDOG_NODE, 'systemctl', 'stop', WATCHDOG_UNIT).returncode == 0
+        assert node_exec(ACCOUNT_NODE, 'usermod', '-s', '/bin/bash', 'kvpin-watchdog').returncode == 0
         # The token through stdin, so that it is in no argv.
         leak = subprocess.run(['podman', 'exec', '-i', container, 'sh', '-c', 'umask 022; cat > ' + LEAK_PATH],
                               input=token + '\n', capture_output=True, text=True, timeout=60, check=False)
@@ -92,6 +95,7 @@ def test_molecule_verify_fails_on_each_hand_made_change(converged, tmp_path):
             ('test_node_rollout.py', 'test_worker_config_is_private_to_root', CONFIG_NODE),
             ('test_node_rollout.py', 'test_watchdogs_active_with_a_valid_config', WATCHDOG_NODE),
             ('test_node_rollout.py', 'test_no_secret_in_a_world_readable_file', SECRET_NODE),
+            ('test_node_rollout.py', 'test_each_watchdog_runs_as_the_system_account_made_for_it', ACCOUNT_NODE),
         }, output[-8000:]
         # The suite names the leaking file, never the secret.
         assert LEAK_PATH in output
@@ -99,4 +103,5 @@ def test_molecule_verify_fails_on_each_hand_made_change(converged, tmp_path):
     finally:
         node_exec(CONFIG_NODE, 'chmod', '0600', '/var/lib/gpustack/config.yaml')
         node_exec(WATCHDOG_NODE, 'systemctl', 'start', WATCHDOG_UNIT)
+        node_exec(ACCOUNT_NODE, 'usermod', '-s', '/usr/sbin/nologin', 'kvpin-watchdog')
         node_exec(SECRET_NODE, 'rm', '-f', LEAK_PATH)
