@@ -419,7 +419,7 @@ def converge_accounts(module, groups, users, results):
             continue
         corrections = user_corrections(user, found.pw_gid, found.pw_shell, found.pw_dir, wanted_gid)
         if corrections and found.pw_uid == 0:
-            raise EntryError('%s: uid 0; refusing to change its %s (to %s): give the watchdog a dedicated user'
+            raise EntryError('%s: uid 0; refusing to change its %s (to %s): use a dedicated account'
                              % (where, ', '.join(field for field, dummy, dummy2 in corrections),
                                 ', '.join(value for dummy, dummy2, value in corrections)))
         results.append({'name': name, 'kind': 'user', 'changed': bool(corrections), 'created': False,

@@ -326,7 +326,7 @@ def test_root_is_never_changed_and_a_missing_group_fails_before_any_file(tmp_pat
                                             'files': [{'path': target, 'content': SECRET}]})
     assert root['failed'] is True
     assert root['msg'] == ('users[0] (root): uid 0; refusing to change its shell, home (to /usr/sbin/nologin, '
-                           '/nonexistent): give the watchdog a dedicated user; no file written'), root
+                           '/nonexistent): use a dedicated account; no file written'), root
     missing = run_accounts(tmp_path, wrapper, {'users': [{'name': 'kvpin-wdtest', 'group': 'kvpin-nosuch'}],
                                                'files': [{'path': target, 'content': SECRET}]})
     assert missing['failed'] is True
