@@ -228,7 +228,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import content_sha1
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import sha1_of_file
+from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import USER_ATTRIBUTES, observe_user, sha1_of_file
 
 
 class EntryError(Exception):
@@ -365,23 +365,14 @@ def _group_gid(name):
         return None
 
 
-def _passwd(name):
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        return None
+USERMOD_FLAGS = {'group': '-g', 'shell': '-s', 'home': '-d'}
 
 
-def user_corrections(entry, gid, shell, home, wanted_gid):
-    """The fields of an existing user that differ from ``entry``: [(field, usermod flag, value)]."""
-    found = []
-    if wanted_gid is None or gid != wanted_gid:
-        found.append(('group', '-g', entry['group']))
-    if shell != entry['shell']:
-        found.append(('shell', '-s', entry['shell']))
-    if home != entry['home']:
-        found.append(('home', '-d', entry['home']))
-    return found
+def user_corrections(entry, seen):
+    """The fields of an existing user that differ from ``entry``: [(field, usermod flag, value)].
+    ``seen`` is node_state's observe_user() answer, so what is corrected here is what the rerun's
+    check calls drift."""
+    return [(key, USERMOD_FLAGS[key], entry[key]) for key in USER_ATTRIBUTES if seen.get(key) != entry[key]]
 
 
 def _run_account_command(module, where, argv):
@@ -406,19 +397,18 @@ def converge_accounts(module, groups, users, results):
     for index, user in enumerate(users):
         name = user['name']
         where = 'users[%d] (%s)' % (index, name)
-        wanted_gid = _group_gid(user['group'])
-        if wanted_gid is None and not (module.check_mode and user['group'] in to_create):
+        if _group_gid(user['group']) is None and not (module.check_mode and user['group'] in to_create):
             raise EntryError('%s: group %s does not exist (add it to groups)' % (where, user['group']))
-        found = _passwd(name)
-        if found is None:
+        seen = observe_user(name)
+        if seen is None:
             results.append({'name': name, 'kind': 'user', 'changed': True, 'created': True, 'corrected': []})
             if not module.check_mode:
                 _run_account_command(module, where, [
                     module.get_bin_path('useradd', required=True), '--system', '--gid', user['group'],
                     '--shell', user['shell'], '--home-dir', user['home'], '--no-create-home', name])
             continue
-        corrections = user_corrections(user, found.pw_gid, found.pw_shell, found.pw_dir, wanted_gid)
-        if corrections and found.pw_uid == 0:
+        corrections = user_corrections(user, seen)
+        if corrections and pwd.getpwnam(name).pw_uid == 0:
             raise EntryError('%s: uid 0; refusing to change its %s (to %s): use a dedicated account'
                              % (where, ', '.join(field for field, dummy, dummy2 in corrections),
                                 ', '.join(value for dummy, dummy2, value in corrections)))
