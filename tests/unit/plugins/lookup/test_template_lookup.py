@@ -13,15 +13,14 @@ which this pytest process (it imports the collection's code from sys.path) has a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from local_playbook import collections_root
 
-# The directory holding ansible_collections/kvpin/fleet (tests/conftest.py puts it on sys.path).
-COLLECTIONS_ROOT = next(p for p in sys.path if os.path.isdir(os.path.join(p, 'ansible_collections', 'kvpin', 'fleet')))
+OURS, BUILTIN = 'kvpin.fleet.template', 'ansible.builtin.template'
 
 TEMPLATES = {
     # ansible_managed, a template_* variable, a filter, a loop, a comment, a default.
@@ -33,8 +32,8 @@ TEMPLATES = {
     'brackets.j2': '[# a comment #]name=[% name %] ports=[% ports | join(",") %]\n',
 }
 
-# Runs each case with both lookups; prints, per case, each lookup's result or its error, and
-# what the caller's variables looked like afterwards. A case may add `guard`: a variable whose
+# Runs each case with the lookups named after the cases (argv); prints, per case, each
+# lookup's result or its error, and what the caller's variables looked like afterwards. A case may add `guard`: a variable whose
 # deep copy raises (the builtin lookup copies every variable).
 DRIVER = textwrap.dedent("""
     import json, sys
@@ -49,7 +48,7 @@ DRIVER = textwrap.dedent("""
     init_plugin_loader([sys.argv[1]])
     loader = DataLoader()
     lookups = {name: lookup_loader.get(name, loader=loader, templar=Templar(loader=loader))
-               for name in ('kvpin.fleet.template', 'ansible.builtin.template')}
+               for name in sys.argv[3:]}
     results = []
     for case in json.loads(sys.argv[2]):
         result = {}
@@ -84,13 +83,10 @@ def host_variables(search_path):
 
 def run_cases(cases):
     """Per case: {lookup name: {rendered | error, variables_kept}}."""
-    done = subprocess.run([sys.executable, '-c', DRIVER, COLLECTIONS_ROOT, json.dumps(cases)],
+    done = subprocess.run([sys.executable, '-c', DRIVER, collections_root(), json.dumps(cases), OURS, BUILTIN],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
-
-
-OURS, BUILTIN = 'kvpin.fleet.template', 'ansible.builtin.template'
 
 
 @pytest.mark.parametrize('terms, options', [
