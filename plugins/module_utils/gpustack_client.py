@@ -188,13 +188,26 @@ def _ssl_context(validate_certs, ca_path):
             ca_path, getattr(error, 'reason', None) or error.__class__.__name__))
 
 
-def error_message_from_body(raw):
-    """The server's message from an error body (GPUStack, FastAPI or plain text)."""
+def _unmasked(text):
+    return text
+
+
+def shown_sample(text, limit, mask=_unmasked):
+    """``text`` for a message: ``mask`` applied first (it masks a secret the server may have
+    echoed), then cut to ``limit`` characters ('...' marks a cut). The other order would let a
+    cut leave a prefix of the secret that no longer matches its mask."""
+    text = mask(str(text))
+    return text if len(text) <= limit else text[:max(limit - 3, 0)] + '...'
+
+
+def error_message_from_body(raw, mask=_unmasked):
+    """The server's message from an error body (GPUStack, FastAPI or plain text), ``mask``
+    applied before it is cut to MAX_MESSAGE_CHARS."""
     text = raw.decode('utf-8', errors='replace') if isinstance(raw, bytes) else str(raw or '')
     try:
         body = json.loads(text)
-    except ValueError:
-        return text.strip()[:MAX_MESSAGE_CHARS] or '(empty body)'
+    except (ValueError, RecursionError):     # RecursionError: arrays nested past Python's limit
+        return shown_sample(text.strip(), MAX_MESSAGE_CHARS, mask) or '(empty body)'
     if isinstance(body, dict):
         if isinstance(body.get('error'), dict):      # OpenAI-style error body
             body = body['error']
@@ -202,18 +215,18 @@ def error_message_from_body(raw):
             if key in body:
                 value = body[key]
                 value = value if isinstance(value, str) else json.dumps(value)
-                return value.strip()[:MAX_MESSAGE_CHARS]
-    return text.strip()[:MAX_MESSAGE_CHARS]
+                return shown_sample(value.strip(), MAX_MESSAGE_CHARS, mask)
+    return shown_sample(text.strip(), MAX_MESSAGE_CHARS, mask)
 
 
-def _kind(value):
-    """A JSON value's type as the message names it, with a short sample."""
+def _kind(value, mask=_unmasked):
+    """A JSON value's type as the message names it, with a short sample (``mask`` applied
+    before the sample is cut)."""
     if value is None:
         return 'null or nothing'
     names = {dict: 'an object', list: 'a list', str: 'a string', bool: 'a boolean', int: 'a number',
              float: 'a number'}
-    sample = repr(value)
-    return '%s (%s)' % (names.get(type(value), type(value).__name__), sample if len(sample) <= 60 else sample[:57] + '...')
+    return '%s (%s)' % (names.get(type(value), type(value).__name__), shown_sample(repr(value), 60, mask))
 
 
 def _whole_number(value):
@@ -291,9 +304,13 @@ class GpustackClient:
         return {self._api_key}
 
     def scrub(self, text):
-        """``text`` with the API key masked (servers may echo what they were sent)."""
+        """``text`` with the API key masked (servers may echo what they were sent), also as
+        repr() escapes it (how a sample of an answer shows it)."""
         text = str(text)
-        return text.replace(self._api_key, KEY_MASK) if self._api_key in text else text
+        for form in (self._api_key, repr(self._api_key)[1:-1]):
+            if form in text:
+                text = text.replace(form, KEY_MASK)
+        return text
 
     # -- raw requests -------------------------------------------------------------------
 
@@ -316,19 +333,28 @@ class GpustackClient:
             raise GpustackApiError(method, path, status, 'more than %d redirects (the last to %s)' % (
                 MAX_REDIRECTS, self.scrub(location)))
         if not 200 <= status < 300:
-            raise GpustackApiError(method, path, status, self.scrub(error_message_from_body(raw)))
+            raise GpustackApiError(method, path, status, error_message_from_body(raw, self.scrub))
         if not raw:
             return None
         try:
             return json.loads(raw)
+        except RecursionError:
+            raise GpustackApiError(method, path, status, 'answer is not usable JSON: arrays or objects nested '
+                                   'deeper than this client parses') from None
         except ValueError:
-            raise GpustackApiError(method, path, status, 'answer is not JSON: %s' % self.scrub(repr(raw[:200])))
+            # Enough of the body that a key starting in the shown part is whole when masked.
+            head = raw[:200 + 2 * len(self._api_key)]
+            raise GpustackApiError(method, path, status, 'answer is not JSON: %s' % shown_sample(repr(head), 200, self.scrub))
 
     def _redirect_target(self, method, path, url, status, location):
         if not location:
             raise GpustackApiError(method, path, status, 'a redirect without a Location header')
         target = urllib.parse.urljoin(url, location)
         shown = self.scrub(target)
+        try:
+            urllib.parse.urlsplit(target).port
+        except ValueError:
+            raise GpustackApiError(method, path, status, 'redirects to %s, whose port is not a port number' % shown) from None
         if method != 'GET':
             raise GpustackApiError(method, path, status, 'redirects to %s; a %s is not re-sent to another address '
                                    '(it could turn into a GET and report a write that never happened): '
@@ -448,13 +474,17 @@ class GpustackClient:
     def _malformed(self, method, path, what):
         return GpustackApiError(method, path, 200, 'malformed answer: %s' % self.scrub(what))
 
+    def kind(self, value):
+        """_kind with the API key masked before the sample is cut."""
+        return _kind(value, self.scrub)
+
     def check_record(self, method, path, record, where):
         """``record`` if it is an object whose ``id`` is a whole number >= 0, else a
         GpustackApiError naming ``where`` (the id goes into the next request's path)."""
         if not isinstance(record, dict):
-            raise self._malformed(method, path, '%s must be an object, got %s' % (where, _kind(record)))
+            raise self._malformed(method, path, '%s must be an object, got %s' % (where, self.kind(record)))
         if not _whole_number(record.get('id')) or record['id'] < 0:
-            raise self._malformed(method, path, "%s has no whole-number 'id' (got %s)" % (where, _kind(record.get('id'))))
+            raise self._malformed(method, path, "%s has no whole-number 'id' (got %s)" % (where, self.kind(record.get('id'))))
         return record
 
     def list_all(self, resource, query=None):
@@ -475,24 +505,24 @@ class GpustackClient:
                 return self._check_items(path, answer, 'the list')
             if not isinstance(answer, dict):
                 raise self._malformed('GET', path, 'page %d must be an object with items and pagination, got %s'
-                                      % (page, _kind(answer)))
+                                      % (page, self.kind(answer)))
             page_items = answer.get('items')
             if page_items is None:
                 page_items = []
             if not isinstance(page_items, list):
-                raise self._malformed('GET', path, 'items must be a list, got %s' % _kind(page_items))
+                raise self._malformed('GET', path, 'items must be a list, got %s' % self.kind(page_items))
             items.extend(self._check_items(path, page_items, 'items', len(items)))
             pagination = answer.get('pagination')
             if pagination is None:
                 pagination = {}
             if not isinstance(pagination, dict):
-                raise self._malformed('GET', path, 'pagination must be an object, got %s' % _kind(pagination))
+                raise self._malformed('GET', path, 'pagination must be an object, got %s' % self.kind(pagination))
             total_pages = pagination.get('totalPage')
             if total_pages is None:
                 total_pages = 1
             if not _whole_number(total_pages) or not 0 <= total_pages <= MAX_PAGES:
                 raise self._malformed('GET', path, 'pagination.totalPage must be a whole number from 0 to %d, got %s'
-                                      % (MAX_PAGES, _kind(total_pages)))
+                                      % (MAX_PAGES, self.kind(total_pages)))
             if page >= total_pages:
                 return items
             page += 1
@@ -502,7 +532,7 @@ class GpustackClient:
             self.check_record('GET', path, item, '%s[%d]' % (where, offset + index))
             if not isinstance(item.get('name'), str):
                 raise self._malformed('GET', path, "%s[%d] has no string 'name' (got %s)"
-                                      % (where, offset + index, _kind(item.get('name'))))
+                                      % (where, offset + index, self.kind(item.get('name'))))
         return items
 
     def find_by_name(self, resource, name):
@@ -521,7 +551,7 @@ class GpustackClient:
         if answer is None:
             return {}
         if not isinstance(answer, dict):
-            raise self._malformed(method, path, 'the record must be an object, got %s' % _kind(answer))
+            raise self._malformed(method, path, 'the record must be an object, got %s' % self.kind(answer))
         return answer
 
     def get(self, resource, resource_id):

@@ -86,9 +86,22 @@ _SERVER_FIELD_TYPES = {
 }
 
 
+# Characters an API key does not hold (GPUStack's are gpustack_<hex>_<hex>): a sample is cut
+# after one of them, never inside a run of key characters.
+_SAMPLE_CUT_AFTER = frozenset(' \'",:;[]{}()=')
+
+
 def _short(value):
+    """repr(value) for a message, at most 60 characters. A server may echo the API key into a
+    record; the module masks the key wherever it is whole, so a cut must not leave a prefix of
+    it: the sample ends before the run of characters the limit falls in."""
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + '...'
+    if len(text) <= 60:
+        return text
+    cut = 57
+    while cut > 0 and text[cut - 1] not in _SAMPLE_CUT_AFTER:
+        cut -= 1
+    return text[:cut] + '...'
 
 
 def check_server_model(record, fields):

@@ -133,6 +133,39 @@ def test_a_location_or_message_that_echoes_the_key_is_masked(attacker):
         assert_no_secret(str(error.value) + str(error.value.server_message))
 
 
+
+@pytest.mark.parametrize('route,behaviour', [
+    (('GET', '/v2/workers'), json_body(401, {'message': 'x' * 3970 + ' ' + API_KEY})),   # cut at 4000 chars
+    (('GET', '/v2/models'), raw(200, b'x' * 150 + API_KEY.encode())),                   # not JSON, cut at 200
+    (('GET', '/v2/models'), json_body(200, {'items': [{'id': 'x' * 30 + API_KEY, 'name': 'a'}]})),  # a sample
+], ids=['error-message', 'not-json', 'malformed-sample'])
+def test_a_key_echoed_where_a_message_is_cut_leaves_no_part_of_it(attacker, route, behaviour):
+    """Each message is cut to a bound; the key is masked before the cut. Masked after it, the
+    cut left the key's first 20-40 characters, which no longer match the mask."""
+    server = attacker({route: behaviour})
+    with pytest.raises(GpustackApiError) as error:
+        client_for(server).list_all(route[1].rsplit('/', 1)[1])
+    assert_no_secret(str(error.value) + str(error.value.server_message))
+
+
+@pytest.mark.parametrize('status', [200, 500])
+def test_json_nested_past_the_parsers_depth_is_an_error_not_a_traceback(attacker, status):
+    server = attacker({('GET', '/v2/models/1'): raw(status, b'[' * 100000 + b']' * 100000)})
+    with pytest.raises(GpustackApiError) as error:
+        client_for(server).get('models', 1)
+    assert error.value.status == status
+    assert ('nested deeper' in str(error.value)) if status == 200 else len(error.value.server_message) <= 4000
+
+
+def test_a_same_origin_redirect_to_a_port_that_is_not_a_number_is_named():
+    """On a server at the scheme's default port, http://host:abc/ has the same origin by
+    (scheme, host, default port); the client then read the port outside its error handling."""
+    client = GpustackClient('http://127.0.0.1', API_KEY, api_version='v2', timeout=5)
+    for location in ('http://127.0.0.1:abc/v2/models', 'http://127.0.0.1:99999/v2/models'):
+        with pytest.raises(GpustackApiError, match='whose port is not a port number'):
+            client._redirect_target('GET', '/v2/models', 'http://127.0.0.1/v2/models', 302, location)
+
+
 # -- 4. malformed 200 bodies ------------------------------------------------------------------
 
 @pytest.mark.parametrize('body,named', [
