@@ -27,6 +27,8 @@ from __future__ import annotations
 import errno
 import grp
 import hashlib
+import http.client
+import io
 import json
 import math
 import os
@@ -37,8 +39,7 @@ import socket
 import stat
 import subprocess
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -618,33 +619,72 @@ def unit_drift(spec, state):
 
 # -- http ----------------------------------------------------------------------------------
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer to compare, not a place to go."""
+class _DeadlineSocket:
+    """A connected socket whose every send and recv first sets its timeout to what is left of
+    one deadline: a server that drips its status line or headers a byte at a time cannot hold
+    the check past its timeout (a plain socket timeout applies to each recv, not to the answer).
+    Its own small copy: the probe sends this module_util to every node, and gpustack_client's
+    deadline is in a larger module, with a timer thread."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
+    def __init__(self, sock, deadline):
+        self._sock = sock
+        self._deadline = deadline
+
+    def _arm(self):
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout('deadline passed')
+        self._sock.settimeout(left)
+
+    def sendall(self, data, *args):
+        self._arm()
+        return self._sock.sendall(data, *args)
+
+    def recv_into(self, buf, *args):
+        self._arm()
+        return self._sock.recv_into(buf, *args)
+
+    def makefile(self, *_args, **_kwargs):
+        # http.client reads the answer through makefile('rb'): its reads come back here.
+        return io.BufferedReader(socket.SocketIO(self, 'rb'))
+
+    def _decref_socketios(self):
+        pass
+
+    def close(self):
+        self._sock.close()
 
 
 def http_status(url, timeout):
-    """(status, None) for any HTTP answer, redirects and errors included; (None, reason) when
-    no answer came (refused, timeout, TLS failure). Direct connection, no proxies."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    """(status, None) for any HTTP answer, redirects and errors included (a redirect is an answer
+    to compare, not a place to go); (None, reason) when no answer came within ``timeout`` seconds
+    in all (refused, timeout, TLS failure). Direct connection, no proxies; the body is not read."""
+    parts = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout
     try:
-        response = opener.open(urllib.request.Request(url, method='GET'), timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return exc.code, None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, socket.timeout):
-            return None, 'timed out after %gs' % timeout
-        return None, getattr(reason, 'strerror', None) or str(reason)
+        port = parts.port
+    except ValueError:
+        return None, 'the URL has an invalid port'
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        return None, 'not an http(s) URL'
+    connection_class = http.client.HTTPSConnection if parts.scheme == 'https' else http.client.HTTPConnection
+    connection = connection_class(parts.hostname, port, timeout=timeout)
+    try:
+        connection.connect()
+        connection.sock = _DeadlineSocket(connection.sock, deadline)
+        connection.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''),
+                           headers={'Accept-Encoding': 'identity'})
+        return connection.getresponse().status, None
     except socket.timeout:
         return None, 'timed out after %gs' % timeout
-    except Exception as exc:  # e.g. a connection reset mid-answer: still no status to compare
+    except OSError as exc:
+        if time.monotonic() >= deadline:
+            return None, 'timed out after %gs' % timeout
+        return None, exc.strerror or type(exc).__name__
+    except Exception as exc:  # e.g. a malformed status line: still no status to compare
         return None, '%s: %s' % (type(exc).__name__, exc)
-    with response:
-        return response.getcode(), None
+    finally:
+        connection.close()
 
 
 def http_drift(spec, answer):
