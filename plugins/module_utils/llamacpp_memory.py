@@ -710,7 +710,19 @@ def _tensor_split_knob(knobs, n_gpus):
     if any(f < 0 for f in fractions) or sum(fractions) <= 0:
         raise PlanInputError('tensor_split', 'entries must be >= 0 with a positive sum, got %r'
                              % (fractions,))
+    for position, f in enumerate(fractions):
+        # llama.cpp reads each entry with std::stof (float32: fails above ~3.4e38, subnormals
+        # below ~1e-38) and normalises by their sum: keep to proportions it and the planner
+        # read alike
+        if f != 0 and not TENSOR_SPLIT_MIN <= f <= TENSOR_SPLIT_MAX:
+            raise PlanInputError('tensor_split', 'entry %d is %r; each entry must be 0 or between %g and %g '
+                                 '(proportions such as 3,1 or MiB such as 24000,48000)' % (
+                                     position, f, TENSOR_SPLIT_MIN, TENSOR_SPLIT_MAX))
     return fractions
+
+
+TENSOR_SPLIT_MIN = 1e-6
+TENSOR_SPLIT_MAX = 1e6
 
 
 MAX_CTX = 16 * 1024 * 1024
@@ -834,7 +846,14 @@ def _slots(spec, traffic, knobs):
     parallel = _int_knob(knobs, 'parallel', 1, MAX_PARALLEL)
     if parallel is None:
         parallel = min(traffic.max_concurrency, MAX_PARALLEL)
-        reasons['parallel'] = 'max_concurrency %d: one slot per concurrent request' % traffic.max_concurrency
+        if parallel < traffic.max_concurrency:
+            reasons['parallel'] = ('min(max_concurrency %d, at most %d slots) = %d: one slot per concurrent '
+                                   'request up to the limit' % (traffic.max_concurrency, MAX_PARALLEL, parallel))
+            warnings.append('parallel %d is below the declared concurrency %d (at most %d slots are '
+                            'planned): more requests wait in the queue' % (
+                                parallel, traffic.max_concurrency, MAX_PARALLEL))
+        else:
+            reasons['parallel'] = 'max_concurrency %d: one slot per concurrent request' % traffic.max_concurrency
     else:
         reasons['parallel'] = 'set by the user'
     ctx_size = _int_knob(knobs, 'ctx_size', 1, MAX_CTX)
@@ -853,10 +872,24 @@ def _slots(spec, traffic, knobs):
                                                            traffic.max_output_tokens,
                                                            tokens_needed, needed_ctx))
         reasons['ctx_size'] = 'set by the user (>= parallel x tokens per request = %d)' % needed_ctx
-    if ctx_size > spec.max_position_embeddings:
+    # a slot holds ctx_size / parallel tokens: that share, not the whole ctx_size, is what a
+    # request can reach; a request itself beyond the trained context is refused (beyond_model)
+    slot_share = ctx_size // parallel
+    if spec.max_position_embeddings and tokens_needed <= spec.max_position_embeddings < slot_share:
         warnings.append('ctx_size %d per slot share %d exceeds the trained context %d'
-                        % (ctx_size, ctx_size // parallel, spec.max_position_embeddings))
+                        % (ctx_size, slot_share, spec.max_position_embeddings))
     return parallel, ctx_size, reasons, warnings
+
+
+def beyond_model(spec, traffic):
+    """What does not fit when a request needs more tokens than the model was trained for (its
+    positions past max_position_embeddings are not modelled): [] or one line naming both."""
+    model_max = spec.max_position_embeddings
+    if model_max and traffic.tokens_per_sequence > model_max:
+        return ['requests need %d tokens (prompt p99 %d + output %d), the model supports %d '
+                '(its trained context)' % (traffic.tokens_per_sequence, traffic.prompt_tokens_p99,
+                                           traffic.max_output_tokens, model_max)]
+    return []
 
 
 def _attention_settings(knobs, profile, backend, backend_version):
@@ -1070,7 +1103,8 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
             shape=shape, no_kv_offload=launch.no_kv_offload, weights_note=weights_note,
             cache_type_k=launch.cache_type_k, cache_type_v=launch.cache_type_v))
     k, units, counts, results, reasons['gpu_layers'] = _choose_gpu_layers(placement, launch)
-    feasible = all(_fits(r, b) for r, b in zip(results, budgets))
+    beyond = beyond_model(spec, traffic)
+    feasible = all(_fits(r, b) for r, b in zip(results, budgets)) and not beyond
     suggestions = []
     if with_suggestions and (not feasible or k < spec.num_layers + 1):
         suggestions = _suggestions(spec, gpus, traffic, knobs, backend, backend_version,
@@ -1096,7 +1130,7 @@ def _plan(spec, gpus, traffic, knobs, backend, backend_version, with_suggestions
         args=_launch_args(profile, launch, knobs, k, len(gpus), counts), memory=_gpu_memory(results, budgets, cudas),
         kv_cache_tokens=cells, max_concurrency_at_max_len=float(launch.parallel), feasible=feasible,
         settings=settings, reasons=reasons, warnings=warnings,
-        not_fitting=_not_fitting(results, budgets, cudas, launch.reserve),
+        not_fitting=_not_fitting(results, budgets, cudas, launch.reserve) + beyond,
         suggestions=suggestions, rules=rules,
         vram_claim_bytes=claim if k > 0 else 0, system_reserved_bytes=launch.reserve)
 

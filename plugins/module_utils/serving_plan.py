@@ -74,7 +74,10 @@ GPU_KEYS = ('index', 'name', 'memory_total')
 MAX_GPUS = 16
 MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
 MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, not bytes
-COMPUTE_CAPABILITY_RE = re.compile(r'^\d{1,2}(\.\d{1,2})?$')
+COMPUTE_CAPABILITY_RE = re.compile(r'^[0-9]{1,2}(\.[0-9]{1,2})?$')   # ASCII digits only
+# A whole number written as text: ASCII digits only (str.isdigit also accepts "²" or "４",
+# which int() rejects or reads differently) and few enough of them for int() to parse.
+DIGITS_RE = re.compile(r'^\s*[0-9]{1,18}\s*$')
 
 # Option types of the engine knobs (the module's argument spec, less the required inputs).
 KNOB_TYPES = dict((name, spec) for name, _engine, spec in ENGINE_KNOBS)
@@ -248,7 +251,7 @@ def check_knob_type(name, value):
     if name == 'pp_layer_partition':
         return value    # a list or "40,24": vllm_pipeline.parse_partition checks every entry
     if kind == 'raw' and not (_is_int(value) or (isinstance(value, str) and (
-            value.strip() == 'auto' or value.strip().isdigit()))):
+            value.strip() == 'auto' or DIGITS_RE.match(value)))):
         # tensor_parallel_size: an integer or "auto" (a templated "4" arrives as a string)
         raise PlanInputError(name, 'must be an integer or "auto", got %r' % (value,))
     return value

@@ -227,6 +227,27 @@ def _memory_rows(plan):
             for m in plan.memory]
 
 
+def window_blocks(pool, group, max_model_len):
+    """(KV blocks, text): what the classes of one window hold at once in ``pool`` - every class
+    at its concurrency, each request the blocks its own length takes (a request is cut at
+    max_model_len). Counted per class: on a sliding-window or hybrid layout a short request
+    holds more blocks per token than max_model_len's average."""
+    parts = [(c, pool.blocks_per_request(min(c.tokens_per_sequence, max_model_len))) for c in group]
+    return sum(c.max_concurrency * blocks for c, blocks in parts), ' + '.join(
+        '%s %d x %d' % (c.name, c.max_concurrency, blocks) for c, blocks in parts)
+
+
+def _vllm_pool_check(spec, plan, groups):
+    """(usable KV blocks, blocks the busiest window needs, text): the classes' demand in blocks
+    against the blocks the engine will have - the one comparison exact on every KV layout."""
+    from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import kv_pool
+    pool = kv_pool(spec, plan)
+    need, parts = max(window_blocks(pool, group, plan.settings['max_model_len']) for group in groups)
+    return pool.usable_blocks, need, (
+        'the KV pool has %d blocks %s %d needed by the busiest window (class concurrency x blocks per '
+        'request: %s)' % (pool.usable_blocks, '>=' if pool.usable_blocks >= need else '<', need, parts))
+
+
 def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reasons=None):
     """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan).
     ``fixed_reasons``: knob -> why it was fixed (replaces the planner's "set by the user")."""
@@ -257,23 +278,32 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
                         'requests are rejected' % (params['max_model_len'], longest.name,
                                                    longest.tokens_per_sequence))
     plan = sp.build_plan(knobs, resolve_model=lambda _model: spec, planners=planners)
-    block = plan.settings.get('block_size', 1) if backend == sp.BACKEND_VLLM else 1
-    sequences = max(demand([by_name[n] for n in names])[0] for _s, _e, names in windows if names)
+    groups = [[by_name[n] for n in names] for _s, _e, names in windows if names]
+    sequences = max(demand(group)[0] for group in groups)
     if backend == sp.BACKEND_VLLM:
-        need_tokens = max(demand([by_name[n] for n in names], block)[1] for _s, _e, names in windows if names)
+        blocks, need_blocks, kv_text = _vllm_pool_check(spec, plan, groups)
+        holds_kv = blocks >= need_blocks
+        # vLLM counts blocks: a hybrid layout's kv_cache_tokens is no measure of what short requests hold
+        kv_fields = dict(kv_cache_blocks=blocks, demand_blocks=need_blocks)
+        need_tokens = max(demand(group, plan.settings['block_size'])[1] for group in groups)
         seqs = plan.settings.get('max_num_seqs', 0)
         seq_knob = 'max_num_seqs'
     else:
         need_tokens = sequences * longest.tokens_per_sequence
+        holds_kv = plan.kv_cache_tokens >= need_tokens
+        kv_fields = {}
+        kv_text = 'the KV cache holds %d tokens %s %d slots x %d tokens = %d needed' % (
+            plan.kv_cache_tokens, '>=' if holds_kv else '<', sequences, longest.tokens_per_sequence, need_tokens)
         seqs = plan.settings.get('parallel', 0)
         seq_knob = 'parallel'
-    holds = plan.kv_cache_tokens >= need_tokens and seqs >= sequences
-    short = ('the KV pool holds %d tokens and %s is %d; the busiest window needs %d tokens and %d sequences'
-             % (plan.kv_cache_tokens, seq_knob, seqs, need_tokens, sequences))
+    holds = holds_kv and seqs >= sequences
+    seq_text = '%s %d %s %d sequences (the busiest window)' % (seq_knob, seqs, '>=' if seqs >= sequences else '<',
+                                                               sequences)
     if not holds and plan.feasible:
-        not_fitting.append(short)   # (an infeasible plan's own not_fitting already says what is short)
-    extra_reasons['kv_pool'] = ('%d KV tokens >= %d needed, %s %d >= %d sequences' % (
-        plan.kv_cache_tokens, need_tokens, seq_knob, seqs, sequences)) if holds else short
+        # (an infeasible plan's own not_fitting already says what is short)
+        not_fitting.append('; '.join(text for text, ok in ((kv_text, holds_kv), (seq_text, seqs >= sequences))
+                                     if not ok))
+    extra_reasons['kv_pool'] = '%s; %s' % (kv_text, seq_text)
     if backend == sp.BACKEND_VLLM:
         extra_reasons['activation'] = (
             'chunked prefill %s, max_num_batched_tokens %s: the activation peak (%.2f GiB per GPU) is '
@@ -291,7 +321,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
         memory_per_gpu=_memory_rows(plan), kv_cache_tokens=plan.kv_cache_tokens,
         demand_tokens=need_tokens, demand_sequences=sequences, vram_claim_bytes=plan.vram_claim_bytes,
         reasons=reasons, warnings=list(plan.warnings) + warnings,
-        not_fitting=list(plan.not_fitting) + not_fitting, suggestions=list(plan.suggestions))
+        not_fitting=list(plan.not_fitting) + not_fitting, suggestions=list(plan.suggestions), **kv_fields)
     return profile, plan
 
 
@@ -495,10 +525,12 @@ def traffic_report(tplan, backend, version):
     for edge in tplan.schedule:
         lines.append('switch at %s to profile %s' % (edge['at'], edge['profile']))
     for profile in tplan.profiles:
-        lines.append('profile %s (%s; classes %s): %s, %d KV tokens for %d needed' % (
+        lines.append('profile %s (%s; classes %s): %s, %s' % (
             profile['name'], ', '.join(profile['hours']), ', '.join(profile['classes']),
-            'FEASIBLE' if profile['feasible'] else 'INFEASIBLE', profile['kv_cache_tokens'],
-            profile['demand_tokens']))
+            'FEASIBLE' if profile['feasible'] else 'INFEASIBLE', (
+                '%d KV blocks for %d needed' % (profile['kv_cache_blocks'], profile['demand_blocks'])
+                if 'demand_blocks' in profile else
+                '%d KV tokens for %d needed' % (profile['kv_cache_tokens'], profile['demand_tokens']))))
         lines.append('  args: %s' % ' '.join(profile['args']))
         for row in profile['memory_per_gpu']:
             lines.append('  GPU %d %s: weights %.2f + activation %.2f + non-torch %.2f + graphs %.2f + KV %.2f '

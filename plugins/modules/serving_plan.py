@@ -758,6 +758,8 @@ plan:
           it serves), C(feasible), C(args), C(settings), C(memory_per_gpu) (per GPU C(index), C(name), C(total),
           C(budget), C(weights), C(activation), C(non_torch), C(cuda_graph), C(kv_cache), C(headroom), C(resident),
           bytes), C(kv_cache_tokens), C(demand_tokens) and C(demand_sequences) (the busiest window's need),
+          for vLLM also C(kv_cache_blocks) and C(demand_blocks) (the usable KV blocks and the blocks the busiest
+          window's requests hold, each class at its concurrency - the comparison that decides C(feasible)),
           C(vram_claim_bytes), C(reasons), C(warnings), C(not_fitting) and C(suggestions).
       type: list
       elements: dict

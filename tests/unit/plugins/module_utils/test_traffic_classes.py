@@ -129,7 +129,8 @@ def test_scheduled_when_one_configuration_cannot_hold_the_night_batch():
     plan = result['plan']
     assert plan['strategy'] == 'scheduled'
     single = alternative(plan, 'single')
-    assert not single['feasible'] and 'busiest window needs 208992 tokens' in single['reason']
+    # compared in KV blocks (the engine's unit): 13062 blocks = 208992 tokens / 16
+    assert not single['feasible'] and '< 13062 needed by the busiest window' in single['reason']
     assert [p['name'] for p in plan['profiles']] == ['batch', 'chat']
     assert plan['schedule'] == [dict(at='07:00', profile='chat'), dict(at='23:00', profile='batch')]
     assert alternative(plan, 'scheduled')['switches_per_day'] == 2
@@ -343,7 +344,10 @@ def test_dilemma_without_fp8_kv_fits_no_strategy():
     assert plan['strategy'] == 'none' and not plan['feasible']
     single = plan['profiles'][0]
     assert single['name'] == 'single' and single['kv_cache_tokens'] < single['demand_tokens'] == 163840
-    assert 'the busiest window needs 163840 tokens and 64 sequences' in ' '.join(single['not_fitting'])
+    # compared in KV blocks (the engine's unit): 10240 blocks = 163840 tokens / 16
+    assert single['demand_blocks'] == 10240 > single['kv_cache_blocks']
+    assert '< 10240 needed by the busiest window' in ' '.join(single['not_fitting'])
+    assert '< 64 sequences' in ' '.join(single['not_fitting'])
 
 
 # ---------------------------------------------------------------- random classes: the rule holds
