@@ -248,3 +248,172 @@ def test_systemd_stays_fed_while_a_scrape_drips_and_a_hung_tick_starves_it(wd, s
     assert not daemon.healthy()
     daemon.tick_deadline = None
     assert daemon.healthy()
+
+
+# -- hostile answers: nesting, echoed keys, an unbounded probe, URL credentials in logs --------
+from attacker_http import json_body, raw, redirect  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from gpustack_attack import API_KEY  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+MODEL = {"id": 1, "name": "m", "backend_parameters": ["--a"]}
+
+
+def _switch_cfg(tmp_path, server_url):
+    key = tmp_path / "k.token"
+    key.write_text(API_KEY + "\n")
+    return dict(name="t", gpustack_deployment="m", gpustack_server=server_url, gpustack_worker_name="w",
+                gpustack_api_version="v2", gpustack_token_file=str(key), profiles={"a": ["--a"], "b": ["--b"]},
+                lock_file=str(tmp_path / "r.lock"), lock_dir=str(tmp_path), drain_timeout_seconds=0,
+                http_timeout_seconds=2, profile_settle_seconds=0, restart_wait_seconds=0)
+
+
+def _switch_profile(wd, tmp_path, server_url):
+    """`kvpin_watchdog.py switch-profile --profile b` as systemd runs it: (rc, stdout + stderr)."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(_switch_cfg(tmp_path, server_url)))
+    proc = subprocess.run([sys.executable, wd.__file__, "switch-profile", "--config", str(path), "--profile", "b"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _model_routes(srv):
+    srv.route("GET", "/v2/models", json_body(200, {"items": [MODEL]}))
+    srv.route("GET", "/v2/models/1", json_body(200, MODEL))
+    srv.route("GET", "/v2/model-instances", json_body(200, {"items": []}))
+
+
+def test_deeply_nested_json_is_a_malformed_answer_not_a_traceback(wd, attacker, tmp_path):
+    srv = attacker()
+    _model_routes(srv)
+    srv.route("GET", "/v2/models", raw(200, b"[" * 100000 + b"]" * 100000))
+    api = wd.GPUStackAPI(dict(wd.DEFAULTS, **_switch_cfg(tmp_path, srv.url)))
+    assert api.call("GET", "/v2/models", time.monotonic() + 5) == (200, None)
+    with pytest.raises(wd.HTTPFailure, match="no items list in the answer"):
+        api.find_model_id(time.monotonic() + 5)
+    rc, out = _switch_profile(wd, tmp_path, srv.url)
+    assert rc == 1 and "Traceback" not in out and "RecursionError" not in out
+    assert "no items list in the answer" in out
+
+
+@pytest.mark.parametrize("scenario", ["put_401_message", "put_307_location", "get_302_location", "message_cut"])
+def test_a_key_the_server_echoes_back_is_masked(wd, attacker, tmp_path, scenario):
+    srv = attacker()
+    _model_routes(srv)
+    if scenario == "put_401_message":
+        srv.route("PUT", "/v2/models/1", json_body(401, {"message": "invalid api key " + API_KEY}))
+    elif scenario == "put_307_location":
+        srv.route("PUT", "/v2/models/1", redirect("http://127.0.0.1:1/steal?k=" + API_KEY, 307))
+    elif scenario == "get_302_location":
+        srv.route("GET", "/v2/models", redirect("/x?token=" + API_KEY, 302))
+    else:   # the key straddles the 300-character cut of the message: no prefix of it may survive
+        srv.route("PUT", "/v2/models/1", json_body(401, {"message": "x" * 284 + API_KEY}))
+    rc, out = _switch_profile(wd, tmp_path, srv.url)
+    assert rc == 1 and "Traceback" not in out
+    assert API_KEY[:16] not in out, out
+    assert "***" in out
+
+
+def test_a_key_echoed_in_a_legacy_redirect_or_a_bad_status_line_is_masked(wd, attacker, serve, tmp_path):
+    srv = attacker()
+    srv.route("POST", "/v2/models/3/restart", redirect("http://127.0.0.1:1/steal?k=" + API_KEY + "#" + API_KEY, 307))
+    cfg = dict(wd.DEFAULTS, **_switch_cfg(tmp_path, srv.url))
+    cfg.update(gpustack_deployment=None, actuator="gpustack", gpustack_model_id=3)
+    result = wd.Actuator(cfg, lambda *a, **k: None).recycle()
+    assert not result["ok"] and "not followed" in result["detail"] and API_KEY[:16] not in json.dumps(result)
+
+    def bad_status(conn, _server):
+        conn.sendall(b"XTTP/1.1 200 " + API_KEY.encode() + b"\r\n\r\n")
+    server = serve(bad_status)
+    with pytest.raises(wd.HTTPFailure) as err:
+        wd.http_request(server.url + "/v2/models", headers={"Authorization": "Bearer " + API_KEY}, timeout=5)
+    assert "BadStatusLine" in str(err.value) and API_KEY[:16] not in str(err.value)
+
+
+def test_a_key_echoed_in_an_instance_state_is_masked(wd, attacker, tmp_path):
+    srv = attacker()
+    srv.route("GET", "/v2/models", json_body(200, {"items": [MODEL]}))
+    srv.route("GET", "/v2/model-instances", json_body(200, {"items": [
+        {"id": 5, "name": "m-5", "state": "error: bad key " + API_KEY, "worker_name": "w", "model_id": 1}]}))
+    cfg = dict(wd.DEFAULTS, **_switch_cfg(tmp_path, srv.url))
+    out = wd.DeploymentSensor(cfg, wd.GPUStackAPI(cfg)).sample(time.monotonic() + 5)
+    assert out["status"].startswith("instance 5 is error: bad key ") and API_KEY[:16] not in out["status"]
+
+
+def _sse_head(conn):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+
+
+def test_probe_ttft_holds_one_total_deadline_against_keepalives(wd, serve):
+    def keepalive(conn, server):
+        _sse_head(conn)
+        for _unused in range(40):            # 8 s of ': keepalive', each well within a read timeout
+            if server.stop.is_set():
+                return
+            conn.sendall(b": keepalive\n")
+            time.sleep(0.2)
+    server = serve(keepalive)
+    started = time.monotonic()
+    assert wd.probe_ttft(server.url + "/v1/completions", None, 1.0) is None
+    assert time.monotonic() - started < 2.0
+
+
+def test_probe_ttft_reads_a_bounded_number_of_bytes(wd, serve):
+    def flood(conn, _server):                # 16 MiB without a newline, then silence
+        _sse_head(conn)
+        for _unused in range(16):
+            conn.sendall(b"x" * 2 ** 20)
+        time.sleep(4)
+
+    def late_data(conn, _server):            # 100 KiB of comment lines before the first data: line
+        _sse_head(conn)
+        conn.sendall(b": pad\n" * (100 * 1024 // 6) + b"data: {}\n\n")
+    server = serve(flood)
+    started = time.monotonic()
+    assert wd.probe_ttft(server.url + "/v1/completions", None, 3.0) is None
+    assert time.monotonic() - started < 1.5
+    assert wd.probe_ttft(serve(late_data).url + "/v1/completions", None, 3.0) is None
+
+
+def test_probe_ttft_follows_no_redirect_and_no_proxy(wd, serve, monkeypatch):
+    def data(conn, _server):
+        _sse_head(conn)
+        conn.sendall(b"data: {}\n\n")
+    target = serve(data)
+
+    def moved(conn, _server):
+        conn.sendall(("HTTP/1.1 302 Found\r\nLocation: %s/v1/completions\r\nContent-Length: 0\r\n\r\n"
+                      % target.url).encode())
+    assert wd.probe_ttft(serve(moved).url + "/v1/completions", None, 3.0) is None
+    time.sleep(0.3)
+    assert target.requests == []
+    proxy = serve(data)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy.url)
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    assert wd.probe_ttft(target.url + "/v1/completions", "m", 3.0) is not None
+    assert proxy.requests == [] and len(target.requests) == 1
+
+
+def test_url_credentials_never_reach_the_start_line_or_the_actuator_detail(wd, serve, tmp_path, monkeypatch):
+    assert wd._redact_url("http://u:pw@h:1/p?token=abc&flag&x=1#frag") == "http://h:1/p?token=***&***&x=***#***"
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    cfg = dict(wd.DEFAULTS, name="t", pid=1, drain_url="http://admin:s3cretpw@127.0.0.1:9/drain",
+               metrics_url="http://127.0.0.1:9/metrics?token=tok_s3cret",
+               probe_url="http://p:s3cretpw@127.0.0.1:9/v1/completions?key=tok_s3cret",
+               metrics_path="/metrics?token=tok_s3cret", gpustack_token_file=str(tmp_path / "k"))
+    out = io.StringIO()
+    daemon = wd.Daemon(cfg, out=out)
+    daemon.stopping = True                   # log the start line, skip the loop
+    assert daemon.run() == 0
+    start = json.loads(out.getvalue().splitlines()[0])
+    assert start["event"] == "start"
+    assert "s3cretpw" not in out.getvalue() and "tok_s3cret" not in out.getvalue()
+    assert start["config"]["drain_url"] == "http://127.0.0.1:9/drain"
+    assert start["config"]["metrics_url"] == "http://127.0.0.1:9/metrics?token=***"
+    assert "gpustack_token_file" not in start["config"]
+    server = serve(_ok)
+    legacy = dict(cfg, actuator="gpustack", gpustack_server=server.url.replace("//", "//admin:s3cretpw@"),
+                  gpustack_model_id=3, gpustack_token_file=None, drain_url=None, lock_file=str(tmp_path / "l"))
+    assert "s3cretpw" not in wd.Actuator(legacy, lambda *a, **k: None).describe()
+    result = wd.Actuator(legacy, lambda *a, **k: None).recycle()
+    assert result["ok"] and "s3cretpw" not in json.dumps(result), result

@@ -36,8 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -1431,24 +1429,54 @@ class LatencySensor:
         return result
 
 
+PROBE_MAX_LINE = 4096           # bytes of one streamed line that are looked at
+PROBE_MAX_BYTES = 64 * 1024     # bytes read before the first data: line, at most
+
+
 def probe_ttft(url: str, model: Optional[object], timeout: float) -> Optional[float]:
     """Seconds until the first streamed data chunk of a tiny /v1/completions request.
 
     One probe is one observation, not a p95: the trend of many probes stands in for it.
+    Bounded like http_request: one deadline (start + timeout) on every socket operation, at most
+    PROBE_MAX_BYTES read, no redirect followed (a 3xx, like any non-2xx, is None), no proxy.
     """
+    import http.client  # pylint: disable=import-outside-toplevel
+    import urllib.parse  # pylint: disable=import-outside-toplevel
     body = {"prompt": "Hello", "max_tokens": 1, "stream": True}
     if model:
         body["model"] = model
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
     start = time.monotonic()
+    deadline = start + timeout
+    conn = resp = None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for line in resp:
-                if line.strip().startswith(b"data:"):
-                    return time.monotonic() - start
-    except (OSError, urllib.error.URLError, ValueError):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or timeout <= 0:
+            return None
+        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+        conn.connect()
+        conn.sock = _DeadlineSocket(conn.sock, deadline)
+        conn.request("POST", (parts.path or "/") + ("?" + parts.query if parts.query else ""),
+                     body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if not 200 <= resp.status < 300:
+            return None
+        seen, line_start = 0, True
+        while seen < PROBE_MAX_BYTES:
+            line = resp.readline(PROBE_MAX_LINE)
+            if not line:
+                return None
+            seen += len(line)
+            if line_start and line.strip().startswith(b"data:"):
+                return time.monotonic() - start
+            line_start = line.endswith(b"\n")   # the rest of an over-long line is no new line
+    except (OSError, http.client.HTTPException, ValueError):
         return None
+    finally:
+        if resp is not None:
+            resp.close()
+        if conn is not None:
+            conn.close()
     return None
 
 
@@ -1515,6 +1543,8 @@ def http_request(url: str, method: str = "GET", body: Optional[bytes] = None,
     credential never reaches the Location. Raises HTTPFailure (message without headers)."""
     import http.client  # pylint: disable=import-outside-toplevel
     import urllib.parse  # pylint: disable=import-outside-toplevel
+    auth = str(dict((k.lower(), v) for k, v in (headers or {}).items()).get("authorization") or "")
+    secret = auth.split(" ", 1)[1] if auth.startswith("Bearer ") else None
     now = time.monotonic()
     deadline = min(deadline if deadline is not None else now + timeout, now + timeout)
     parts = urllib.parse.urlsplit(url)
@@ -1551,17 +1581,43 @@ def http_request(url: str, method: str = "GET", body: Optional[bytes] = None,
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if time.monotonic() >= deadline or isinstance(exc, socket.timeout):
             raise HTTPFailure("%s %s: deadline passed" % (method, _redact_url(url))) from None
-        raise HTTPFailure("%s %s: %s" % (method, _redact_url(url), type(exc).__name__ + ": " + str(exc)[:200])) \
-            from None
+        raise HTTPFailure("%s %s: %s" % (method, _redact_url(url), type(exc).__name__ + ": "
+                                         + _mask_secret(str(exc), secret)[:200])) from None
     finally:
         if resp is not None:
             resp.close()
         conn.close()
 
 
-def _redact_url(url: str) -> str:
-    """A URL without userinfo (user:password@ never reaches a log)."""
-    return re.sub(r"//[^/@]*@", "//", str(url))
+def _redact_url(url: object) -> str:
+    """A URL fit for a log: no userinfo (user:password@), every query value masked
+    (?token=*** keeps the names) and no fragment. Plain text, never parsed: also fit for a
+    malformed Location."""
+    text = re.sub(r"//[^/@]*@", "//", str(url))
+    text, hashed, _fragment = text.partition("#")
+    base, asked, query = text.partition("?")
+    if asked:
+        base += "?" + "&".join(part.split("=", 1)[0] + "=***" if "=" in part else ("***" if part else "")
+                               for part in query.split("&"))
+    return base + ("#***" if hashed else "")
+
+
+def redacted_config(cfg: Dict[str, object]) -> Dict[str, object]:
+    """The config as logged: no key file path, every URL-valued key through _redact_url."""
+    return {k: (_redact_url(v) if k in URL_KEYS + ("metrics_path",) and isinstance(v, str) else v)
+            for k, v in cfg.items() if k != "gpustack_token_file"}
+
+
+def _mask_secret(text: object, secret: Optional[str]) -> str:
+    """text with the API key (as sent, percent-encoded or JSON-escaped) replaced by ***: a
+    server's answer or Location may echo it. Mask before any cut, so no prefix survives."""
+    import urllib.parse  # pylint: disable=import-outside-toplevel
+    text = str(text)
+    if secret:
+        for form in sorted({secret, urllib.parse.quote(secret, safe=""), json.dumps(secret)[1:-1]},
+                           key=len, reverse=True):
+            text = text.replace(form, "***")
+    return text
 
 
 def read_api_key(path: Optional[object]) -> Optional[str]:
@@ -1661,13 +1717,19 @@ class GPUStackAPI:
         self.server = str(cfg["gpustack_server"]).rstrip("/")
         self.version = None if cfg.get("gpustack_api_version") in (None, "auto") else str(cfg["gpustack_api_version"])
         self.model_id: Optional[int] = None
+        self.key: Optional[str] = None   # the last key read: masked in any text from the server
 
     def _headers(self) -> Dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
         key = read_api_key(self.cfg.get("gpustack_token_file"))
         if key:
+            self.key = key
             headers["Authorization"] = "Bearer " + key
         return headers
+
+    def mask(self, text: object) -> str:
+        """Server text (a message, a Location, a read-back value) with the API key masked."""
+        return _mask_secret(text, self.key)
 
     def call(self, method: str, path: str, deadline: float, payload: Optional[bytes] = None) -> Tuple[int, object]:
         url = self.server + path
@@ -1679,12 +1741,12 @@ class GPUStackAPI:
                                              int(self.cfg["max_body_bytes"]))
         if 300 <= status < 400:
             raise HTTPFailure("%s %s answered %d redirect to %s: not followed (the API key stays here)" % (
-                method, _redact_url(url), status, _redact_url(headers.get("location", "?"))[:200]))
+                method, _redact_url(url), status, _redact_url(self.mask(headers.get("location", "?")))[:200]))
         data = None
         if body:
             try:
                 data = json.loads(body.decode("utf-8", "replace"))
-            except ValueError:
+            except (ValueError, RecursionError):   # not JSON, or nested deeper than the parser's stack
                 data = None
         return status, data
 
@@ -1755,7 +1817,7 @@ class GPUStackAPI:
         status, data = self.call("PUT", path, deadline, json.dumps(body).encode("utf-8"))
         detail = "PUT %s -> %d" % (path, status)
         if not 200 <= status < 300 and isinstance(data, dict) and isinstance(data.get("message"), str):
-            detail += ": " + data["message"][:300]
+            detail += ": " + self.mask(data["message"])[:300]
         return 200 <= status < 300, detail
 
     def delete_instance(self, instance_id: int, deadline: float) -> Tuple[bool, str]:
@@ -1973,7 +2035,8 @@ class Actuator:
 
     def describe(self) -> str:
         if self.cfg.get("actuator") == "gpustack":
-            return "%s %s" % gpustack_request(self.cfg)
+            method, url = gpustack_request(self.cfg)
+            return "%s %s" % (method, _redact_url(url))
         return " ".join(recycle_command(self.cfg) or ["?"])
 
     def _drain(self) -> None:
@@ -1997,6 +2060,7 @@ class Actuator:
 
     def _gpustack(self) -> Dict[str, object]:
         method, url = gpustack_request(self.cfg)
+        key = None
         try:
             key = read_api_key(self.cfg.get("gpustack_token_file"))
             headers = {"Content-Type": "application/json"}
@@ -2009,8 +2073,8 @@ class Actuator:
             return {"ok": False, "detail": str(exc)}
         if 300 <= status < 400:
             return {"ok": False, "detail": "%s %s -> %d redirect to %s: not followed" % (
-                method, url, status, _redact_url(resp_headers.get("location", "?"))[:200])}
-        return {"ok": 200 <= status < 300, "detail": "%s %s -> %d" % (method, url, status)}
+                method, _redact_url(url), status, _redact_url(_mask_secret(resp_headers.get("location", "?"), key))[:200])}
+        return {"ok": 200 <= status < 300, "detail": "%s %s -> %d" % (method, _redact_url(url), status)}
 
 
 class DeploymentActuator:
@@ -2035,7 +2099,7 @@ class DeploymentActuator:
             return {"ok": False, "detail": "no actuator configured (alert only)"}
         if cfg.get("dry_run"):
             return {"ok": True, "dry_run": True,
-                    "detail": "dry run: DELETE model-instances/%d (%s)" % (instance.id, instance.name)}
+                    "detail": "dry run: DELETE model-instances/%d (%s)" % (instance.id, self.api.mask(instance.name))}
         gpus = sorted(set(instance.gpu_indexes) | set(cfg.get("gpu_indexes") or []))
         lock_dir = str(cfg.get("lock_dir") or os.path.dirname(str(cfg["lock_file"])))
         locks = GPULocks(lock_dir, gpus, str(cfg["lock_file"]))
@@ -2146,7 +2210,7 @@ def read_profile_marker(cfg: Dict[str, object], now: float) -> Optional[Dict[str
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
@@ -2282,7 +2346,7 @@ class ProfileSwitch:
                 return 1, "switch of %s to profile %s failed: %s; GPUStack still holds profile %s, which keeps " \
                           "running" % (name, profile, detail, previous)
             return 1, "switch of %s to profile %s: %s, but GPUStack reads back %s, neither profile: check the " \
-                      "deployment" % (name, profile, detail, json.dumps(got)[:300])
+                      "deployment" % (name, profile, detail, self.api.mask(json.dumps(got))[:300])
         restarted, restart = self._restart(actuator, inst) if inst is not None else (True, "no instance on this worker")
         if not restarted:
             return 1, "%s switched from profile %s to %s in GPUStack (%s; drain: %s), but its instance on this worker " \
@@ -2477,7 +2541,7 @@ class DeploymentSensor:
         self.instance = inst
         if inst.state not in INSTANCE_STATES_RUNNING:
             self.container_cache = None     # stopped or restarting: its container may be replaced
-            out["status"] = "instance %d is %s" % (inst.id, inst.state)
+            out["status"] = "instance %d is %s" % (inst.id, self.api.mask(inst.state)[:200])
             return out
         proc_root, cg_root = str(cfg["proc_root"]), str(cfg["cgroup_root"])
         if cfg.get("engine_runtime") == "container":
@@ -2668,7 +2732,7 @@ class Daemon:
         import threading  # pylint: disable=import-outside-toplevel
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
-        self.log("start", config={k: v for k, v in self.cfg.items() if k != "gpustack_token_file"})
+        self.log("start", config=redacted_config(self.cfg))
         sd_notify("READY=1\nSTATUS=watching %s" % self.cfg["name"])
         self.status_line = "starting"
         interval = float(self.cfg["interval_seconds"])
