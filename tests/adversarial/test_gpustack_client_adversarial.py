@@ -133,7 +133,6 @@ def test_a_location_or_message_that_echoes_the_key_is_masked(attacker):
         assert_no_secret(str(error.value) + str(error.value.server_message))
 
 
-
 @pytest.mark.parametrize('route,behaviour', [
     (('GET', '/v2/workers'), json_body(401, {'message': 'x' * 3970 + ' ' + API_KEY})),   # cut at 4000 chars
     (('GET', '/v2/models'), raw(200, b'x' * 150 + API_KEY.encode())),                   # not JSON, cut at 200
