@@ -113,8 +113,22 @@ def test_create(server):
     assert record['huggingface_repo_id'] == 'Qwen/Qwen3-8B'
 
 
+def settled_model(server, name, quiet=2.0, limit=60.0):
+    """The record once GPUStack itself has stopped writing it: right after a create, its
+    scheduler updates the new model within a fraction of a second (updated_at moved 0.1 s after
+    a read in one CI run while the module wrote nothing). Read until updated_at holds still for
+    ``quiet`` seconds, at most ``limit``."""
+    record, since, start = read_model(server, name), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() - start < limit:
+        time.sleep(0.25)
+        again = read_model(server, name)
+        if again['updated_at'] != record['updated_at']:
+            record, since = again, time.monotonic()
+    return record
+
+
 def test_rerun_is_unchanged(server):
-    before = read_model(server, MODEL_ARGS['name'])
+    before = settled_model(server, MODEL_ARGS['name'])
     result = run_module(server, 'gpustack_model', model_args(server))
     assert not result.get('failed'), result
     assert result['changed'] is False and result['action'] == 'none'
