@@ -13,7 +13,7 @@ compute_capability ("8.6").
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
 
 
@@ -66,6 +66,20 @@ class GpuMemory:
     term_kinds: Dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class KvPool:
+    """The block pool a planned vLLM engine will have, as the planner computed it: the blocks
+    requests can hold (the null block and V0's watermark left out, min over GPUs) and the
+    layout(s) that say how many blocks a request holds (pipeline parallelism: every stage's;
+    the engine gives them one block count). A layout is vllm_memory.KvLayout."""
+    usable_blocks: int
+    layouts: tuple
+
+    def blocks_per_request(self, tokens):
+        """Blocks one request of ``tokens`` tokens holds: on the stage that needs the most."""
+        return max(layout.blocks_per_request(tokens) for layout in self.layouts)
+
+
 @dataclass
 class Plan:
     """The result of planning one deployment on its GPUs."""
@@ -95,9 +109,15 @@ class Plan:
     # None when GPUStack places the deployment itself.
     gpu_indexes: Optional[List[int]] = None
     gpu_choice: Optional[Dict[str, object]] = None
+    # vLLM only: the pool the evaluation sized, handed to traffic_classes in the same process
+    # (its classes are compared in blocks). Not output: kv_cache_tokens and each GPU's kv_cache
+    # say the same to an operator, and the layouts are planner objects.
+    kv_pool: Optional[KvPool] = field(default=None, compare=False, repr=False)
 
     def to_dict(self):
-        return asdict(self)
+        out = asdict(replace(self, kv_pool=None))
+        del out['kv_pool']
+        return out
 
 
 class PlanTermError(PlanInputError):

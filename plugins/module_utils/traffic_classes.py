@@ -237,11 +237,11 @@ def window_blocks(pool, group, max_model_len):
         '%s %d x %d' % (c.name, c.max_concurrency, blocks) for c, blocks in parts)
 
 
-def _vllm_pool_check(spec, plan, groups):
+def _vllm_pool_check(plan, groups):
     """(usable KV blocks, blocks the busiest window needs, text): the classes' demand in blocks
-    against the blocks the engine will have - the one comparison exact on every KV layout."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import kv_pool
-    pool = kv_pool(spec, plan)
+    against the blocks the engine will have (the pool the planner sized, plan.kv_pool) - the one
+    comparison exact on every KV layout."""
+    pool = plan.kv_pool
     need, parts = max(window_blocks(pool, group, plan.settings['max_model_len']) for group in groups)
     return pool.usable_blocks, need, (
         'the KV pool has %d blocks %s %d needed by the busiest window (class concurrency x blocks per '
@@ -281,7 +281,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
     groups = [[by_name[n] for n in names] for _s, _e, names in windows if names]
     sequences = max(demand(group)[0] for group in groups)
     if backend == sp.BACKEND_VLLM:
-        blocks, need_blocks, kv_text = _vllm_pool_check(spec, plan, groups)
+        blocks, need_blocks, kv_text = _vllm_pool_check(plan, groups)
         holds_kv = blocks >= need_blocks
         # vLLM counts blocks: a hybrid layout's kv_cache_tokens is no measure of what short requests hold
         kv_fields = dict(kv_cache_blocks=blocks, demand_blocks=need_blocks)

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
     LAYER_CROSS, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
-    GpuMemory, Plan, PlanInputError)
+    GpuMemory, KvPool, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
 from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import BYTES, Fitted, source_rows_of
 from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
@@ -1430,41 +1430,6 @@ def kv_capacity(ev, max_model_len):
     return ev.num_blocks * ev.block_size, concurrency, None
 
 
-@dataclass(frozen=True)
-class KvPool:
-    """The block pool a planned engine will have: the blocks requests can hold (the null block
-    and V0's watermark left out, min over GPUs) and the layout(s) that say how many blocks a
-    request holds (pipeline parallelism: every stage's; the engine gives them one block count)."""
-    usable_blocks: int
-    layouts: tuple
-
-    def blocks_per_request(self, tokens):
-        """Blocks one request of ``tokens`` tokens holds: on the stage that needs the most."""
-        return max(layout.blocks_per_request(tokens) for layout in self.layouts)
-
-
-def kv_pool(spec, plan):
-    """The KvPool of a vLLM ``plan`` of ``spec``, from what the plan pins (TP, KV dtype, block
-    size, batch tokens) and the KV bytes it gives each GPU. kv_cache_tokens cannot stand in for
-    it: on a hybrid layout it is concurrency x max_model_len, more than short requests can hold."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
-    settings = plan.settings
-    version = prof.parse_version(plan.backend_version)
-    tp, block_size, mnbt = settings['tensor_parallel_size'], settings['block_size'], settings['max_num_batched_tokens']
-    if plan.pipeline:
-        kv_bytes = prof.kv_cache_dtype_bytes(settings['kv_cache_dtype'], version, spec.dtype_bytes)
-        layouts = tuple(kv_layout(vllm_pipeline.stage_spec(spec, *stage['layers']), tp, kv_bytes, block_size, mnbt)
-                        for stage in plan.pipeline['stages'])
-        return KvPool(usable_blocks=plan.pipeline['engine_kv_blocks'], layouts=layouts)
-    spec = engine_spec(spec, version)
-    kv_bytes = prof.kv_cache_dtype_bytes(settings['kv_cache_dtype'], version, spec.dtype_bytes)
-    layout = kv_layout(spec, tp, kv_bytes, block_size, mnbt)
-    # each GPU's KV bytes are its whole blocks (a pinned pool: the usable ones + the null block)
-    fewest = min(m.kv_cache // layout.bytes_per_block for m in plan.memory)
-    usable = fewest - prof.accounting(version).held_back_blocks(fewest)
-    return KvPool(usable_blocks=max(0, usable), layouts=(layout,))
-
-
 def _diagnose(ctx, ev, max_model_len, beyond_model):
     """(not_fitting, suggestions, warnings): what does not add up, what would, what to watch."""
     spec, traffic, knobs, gpus = ctx.spec, ctx.traffic, ctx.knobs, ctx.gpus
@@ -1569,4 +1534,5 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
         kv_cache_tokens=kv_tokens, max_concurrency_at_max_len=round(concurrency, 2),
         feasible=feasible, settings=settings, reasons=reasons, warnings=warnings,
         not_fitting=not_fitting, suggestions=suggestions, rules=rules,
-        vram_claim_bytes=ev.vram_claim, system_reserved_bytes=ev.system_reserved)
+        vram_claim_bytes=ev.vram_claim, system_reserved_bytes=ev.system_reserved,
+        kv_pool=KvPool(usable_blocks=ev.num_blocks, layouts=(ev.layout,)))

@@ -41,7 +41,7 @@ import math
 import re
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of, vllm_forced_block_size
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, KvPool, Plan, PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
@@ -708,7 +708,8 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         kv_cache_tokens=kv_tokens, max_concurrency_at_max_len=round(concurrency, 2),
         feasible=feasible, settings=settings, reasons=reasons, warnings=warnings,
         not_fitting=not_fitting, suggestions=suggestions, rules=rules,
-        vram_claim_bytes=vram_claim, system_reserved_bytes=system_reserved, pipeline=pipeline)
+        vram_claim_bytes=vram_claim, system_reserved_bytes=system_reserved, pipeline=pipeline,
+        kv_pool=KvPool(usable_blocks=usable, layouts=tuple(st['layout'] for st in stages)))
 
 
 # ---------------------------------------------------------------- the llama-box alternative

@@ -12,8 +12,6 @@ import pytest
 from model_files import SMALL_LLAMA, gpu, params
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan as sp
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
 
 LLAMA_CPP = dict(backend='llama.cpp', backend_version='b6327', quantization='Q8_0')
@@ -84,10 +82,10 @@ def test_hybrid_traffic_classes_feasible_only_with_the_blocks_to_show():
 @pytest.mark.parametrize('model', ['gemma-2-9b', 'qwen3-0.6b', 'small'])
 @pytest.mark.parametrize('version', ['0.6.6', '0.10.1.1', '0.11.0', '0.34.0'])
 def test_kv_pool_is_the_pool_kv_cache_tokens_reports(model, version):
-    # one fact, two readers: the blocks kv_pool reads back give the plan's own kv_cache_tokens
+    # one fact, two readers: the pool the plan carries to traffic_classes gives its own kv_cache_tokens
     p = params(model=SMALL_LLAMA if model == 'small' else model, backend_version=version)
     plan = sp.build_plan(p)
-    pool = vm.kv_pool(resolve_model(p['model']), plan)
+    pool = plan.kv_pool
     max_len = plan.settings['max_model_len']
     per_max_len = pool.blocks_per_request(max_len)
     if pool.layouts[0].hybrid:
@@ -99,8 +97,17 @@ def test_kv_pool_is_the_pool_kv_cache_tokens_reports(model, version):
 def test_kv_pool_of_a_pipeline_plan_is_the_engine_block_count():
     p = params(model='gemma-2-9b', pipeline_parallel_size=2, gpus=[gpu(0), gpu(1)])
     plan = sp.build_plan(p)
-    pool = vm.kv_pool(resolve_model(p['model']), plan)
+    pool = plan.kv_pool
     assert pool.usable_blocks == plan.pipeline['engine_kv_blocks'] and len(pool.layouts) == 2
+
+
+def test_the_carried_pool_is_not_output_and_only_vllm_has_one():
+    # in-process hand-over to traffic_classes: the plan's output keys stay what RETURN documents
+    plan = sp.build_plan(params(model=SMALL_LLAMA))
+    out = plan.to_dict()
+    assert plan.kv_pool is not None and 'kv_pool' not in out
+    assert out['kv_cache_tokens'] == plan.kv_pool.usable_blocks * out['settings']['block_size']
+    assert sp.build_plan(params(**LLAMA_CPP)).kv_pool is None
 
 
 # ---------------------------------------------------------------- 3. beyond the trained context
