@@ -26,11 +26,11 @@ import math
 import os
 import socket
 import ssl
-import threading
-import time
 import urllib.parse
 
 from ansible.module_utils.basic import env_fallback
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
 
 API_VERSIONS = ('v1', 'v2')
 # Lists are paged (``page``, ``perPage``; answer ``{"items", "pagination"}``); 100 is the
@@ -233,38 +233,6 @@ def _whole_number(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class _Deadline:
-    """One request's total deadline: when it passes, the socket is shut down from a timer
-    thread, which ends any blocked connect, TLS handshake or read (a server dripping one byte
-    per read timeout never trips a per-read timeout)."""
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-        self.expired = False
-        # The connection's socket once connected: http.client drops connection.sock when the
-        # answer says "Connection: close", while the answer is still read from that socket.
-        self.sock = None
-
-    def remaining(self):
-        return self.end - time.monotonic()
-
-    def arm(self, connection):
-        def fire():
-            self.expired = True
-            sock = self.sock or connection.sock
-            if sock is not None:
-                try:
-                    # The plain socket's shutdown, also under TLS: it only ends the blocked read.
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        timer = threading.Timer(max(self.remaining(), 0), fire)
-        timer.daemon = True
-        timer.start()
-        return timer
-
-
 class GpustackClient:
     """JSON over HTTP(S) to one GPUStack server.
 
@@ -323,7 +291,7 @@ class GpustackClient:
         if query:
             url += '?' + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode('utf-8')
-        deadline = _Deadline(self.timeout)
+        deadline = Deadline(self.timeout)
         for _hop in range(MAX_REDIRECTS + 1):
             status, location, raw = self._exchange(method, path, url, data, deadline)
             if status not in REDIRECT_STATUSES:
@@ -381,10 +349,8 @@ class GpustackClient:
                    'Authorization': 'Bearer %s' % self._api_key}
         if data is not None:
             headers['Content-Type'] = 'application/json'
-        timer = deadline.arm(connection)
         try:
-            connection.connect()
-            deadline.sock = connection.sock
+            deadline.connect(connection)
             connection.request(method, target, body=data, headers=headers)
             response = connection.getresponse()
             status = response.status
@@ -392,7 +358,7 @@ class GpustackClient:
             ok = 200 <= status < 300
             raw = self._read_capped(method, path, response, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, fail=ok)
             if deadline.expired:
-                # What was read before the deadline cut the connection may parse as complete.
+                # Whatever was read, an exchange the deadline ended a step of is no answer.
                 raise GpustackApiError(method, path, None, self._timeout_message())
             return status, location, raw
         except GpustackApiError:
@@ -402,7 +368,6 @@ class GpustackClient:
             # URL could be in it); ssl and OS errors by their own reason.
             raise GpustackApiError(method, path, None, self._describe(error, deadline))
         finally:
-            timer.cancel()
             connection.close()
 
     def _read_capped(self, method, path, response, limit, fail):

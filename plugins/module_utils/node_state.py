@@ -19,7 +19,8 @@ Drift lines name the object and both values where there are values, never file c
     http://127.0.0.1:10150/healthz: status 503, wanted 200
     gpustack 0.7.1 in /opt/gpustack/bin/python: installed 0.7.0
 
-Stdlib only and Python >= 3.8: this runs on the managed node.
+Stdlib only (http_deadline, the one module_util it imports, too) and Python >= 3.8: this runs on
+the managed node.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import errno
 import grp
 import hashlib
 import http.client
-import io
 import json
 import math
 import os
@@ -42,6 +42,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
+
+from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
 
 FILE_STATES = ('file', 'directory', 'absent')
 
@@ -619,48 +621,12 @@ def unit_drift(spec, state):
 
 # -- http ----------------------------------------------------------------------------------
 
-class _DeadlineSocket:
-    """A connected socket whose every send and recv first sets its timeout to what is left of
-    one deadline: a server that drips its status line or headers a byte at a time cannot hold
-    the check past its timeout (a plain socket timeout applies to each recv, not to the answer).
-    Its own small copy: the probe sends this module_util to every node, and gpustack_client's
-    deadline is in a larger module, with a timer thread."""
-
-    def __init__(self, sock, deadline):
-        self._sock = sock
-        self._deadline = deadline
-
-    def _arm(self):
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout('deadline passed')
-        self._sock.settimeout(left)
-
-    def sendall(self, data, *args):
-        self._arm()
-        return self._sock.sendall(data, *args)
-
-    def recv_into(self, buf, *args):
-        self._arm()
-        return self._sock.recv_into(buf, *args)
-
-    def makefile(self, *_args, **_kwargs):
-        # http.client reads the answer through makefile('rb'): its reads come back here.
-        return io.BufferedReader(socket.SocketIO(self, 'rb'))
-
-    def _decref_socketios(self):
-        pass
-
-    def close(self):
-        self._sock.close()
-
-
 def http_status(url, timeout):
     """(status, None) for any HTTP answer, redirects and errors included (a redirect is an answer
     to compare, not a place to go); (None, reason) when no answer came within ``timeout`` seconds
     in all (refused, timeout, TLS failure). Direct connection, no proxies; the body is not read."""
     parts = urllib.parse.urlsplit(url)
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     try:
         port = parts.port
     except ValueError:
@@ -670,15 +636,14 @@ def http_status(url, timeout):
     connection_class = http.client.HTTPSConnection if parts.scheme == 'https' else http.client.HTTPConnection
     connection = connection_class(parts.hostname, port, timeout=timeout)
     try:
-        connection.connect()
-        connection.sock = _DeadlineSocket(connection.sock, deadline)
+        deadline.connect(connection)
         connection.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''),
                            headers={'Accept-Encoding': 'identity'})
         return connection.getresponse().status, None
     except socket.timeout:
         return None, 'timed out after %gs' % timeout
     except OSError as exc:
-        if time.monotonic() >= deadline:
+        if deadline.expired:
             return None, 'timed out after %gs' % timeout
         return None, exc.strerror or type(exc).__name__
     except Exception as exc:  # e.g. a malformed status line: still no status to compare

@@ -1,0 +1,249 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""http_deadline: one total deadline for one http.client exchange (TCP connect, TLS handshake,
+request, status line, headers, body), against small servers on 127.0.0.1. Bounds asserted are
+the deadline's (generous), not speeds."""
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+
+from ansible_collections.kvpin.fleet.plugins.module_utils import http_deadline
+from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
+
+
+class TcpServer:
+    """Accepts on 127.0.0.1 and runs ``behave(conn, stop)`` for each connection in a thread."""
+
+    def __init__(self, behave):
+        self.stop = threading.Event()
+        self.accepted = 0
+        self.listener = socket.socket()
+        self.listener.bind(('127.0.0.1', 0))
+        self.listener.listen(8)
+        self.listener.settimeout(0.1)
+        self.port = self.listener.getsockname()[1]
+        self._behave = behave
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _unused = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        with conn:
+            try:
+                self._behave(conn, self.stop)
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop.set()
+        self._thread.join(5)
+        self.listener.close()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def make(behave):
+        servers.append(TcpServer(behave))
+        return servers[-1]
+    yield make
+    for server in servers:
+        server.close()
+
+
+def _read_request(conn):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def answer(body, interval=None):
+    """Read one request, answer 200 with ``body`` and "Connection: close"; with ``interval``, the
+    body one byte every ``interval`` seconds."""
+    def behave(conn, stop):
+        _read_request(conn)
+        conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' % len(body))
+        if interval is None:
+            conn.sendall(body)
+            return
+        for index in range(len(body)):
+            if stop.wait(interval):
+                return
+            conn.sendall(body[index:index + 1])
+    return behave
+
+
+def tls_drip(interval=0.2, count=150):
+    """Accept and start a TLS handshake that never ends: a handshake record header announcing
+    16 KiB, then one byte every ``interval`` seconds."""
+    def behave(conn, stop):
+        conn.sendall(b'\x16\x03\x03\x40\x00')
+        for _index in range(count):
+            if stop.wait(interval):
+                return
+            conn.sendall(b'\x02')
+    return behave
+
+
+def test_time_left_and_expired():
+    deadline = Deadline(30)
+    assert 0 < deadline.remaining() <= 30 and deadline.left() <= 30
+    assert deadline.expired is False
+
+
+@pytest.mark.parametrize('seconds', [0, -1])
+def test_no_time_left_is_a_socket_timeout_and_expired(seconds):
+    deadline = Deadline(seconds)
+    with pytest.raises(socket.timeout, match='deadline passed'):
+        deadline.left()
+    assert deadline.expired is True
+
+
+def test_an_answer_within_the_deadline_is_read_whole_and_not_expired(serve):
+    """"Connection: close": http.client closes the connection while the answer still reads from
+    its socket; the socket is closed only once the answer is."""
+    body = b'{"ok": true}' + b' ' * 100000
+    server = serve(answer(body))
+    deadline = Deadline(10)
+    connection = http.client.HTTPConnection('127.0.0.1', server.port, timeout=10)
+    deadline.connect(connection)
+    wrapped = connection.sock
+    connection.request('GET', '/')
+    response = connection.getresponse()
+    assert connection.sock is None       # handed to the response ("Connection: close")
+    assert response.read() == body
+    response.close()
+    connection.close()
+    assert wrapped.fileno() == -1        # closed, not leaked
+    assert deadline.expired is False
+
+
+def test_a_dripping_body_is_ended_by_the_deadline(serve):
+    """Each byte comes 0.1 s after the last, within any per-recv timeout; the drip would take
+    30 s. Only the total deadline ends it."""
+    server = serve(answer(b'x' * 300, interval=0.1))
+    deadline = Deadline(1)
+    connection = http.client.HTTPConnection('127.0.0.1', server.port, timeout=1)
+    start = time.monotonic()
+    with pytest.raises(socket.timeout):
+        deadline.connect(connection)
+        connection.request('GET', '/')
+        connection.getresponse().read()
+    connection.close()
+    assert time.monotonic() - start < 1 + 3
+    assert deadline.expired is True
+
+
+def test_a_dripping_tls_handshake_is_ended_by_the_deadline(serve):
+    """The drip would take 30 s; a per-recv timeout never trips on it."""
+    server = serve(tls_drip())
+    deadline = Deadline(1)
+    connection = http.client.HTTPSConnection('127.0.0.1', server.port, timeout=1,
+                                             context=ssl.create_default_context())
+    start = time.monotonic()
+    with pytest.raises(socket.timeout):
+        deadline.connect(connection)
+    connection.close()
+    assert time.monotonic() - start < 1 + 3
+    assert deadline.expired is True
+
+
+class _RecordingContext:
+    """A stand-in SSL context: records the timeout the handshake would get, then fails it."""
+
+    verify_mode = ssl.CERT_REQUIRED
+    check_hostname = True
+
+    def __init__(self):
+        self.handshake_timeout = None
+
+    def wrap_socket(self, sock, server_hostname=None):
+        self.handshake_timeout = sock.gettimeout()
+        raise ssl.SSLError('stand-in handshake')
+
+
+def test_the_tls_handshake_gets_what_the_tcp_connect_left(serve, monkeypatch):
+    """TCP connect and handshake share one deadline: a connect that took 0.5 s of 2 s leaves the
+    handshake at most 1.5 s (a per-step timeout would give it the full 2 s again)."""
+    server = serve(tls_drip())
+    real_create_connection = socket.create_connection
+    connect_timeouts = []
+
+    def slow_create_connection(address, timeout=None, source_address=None):
+        connect_timeouts.append(timeout)
+        time.sleep(0.5)
+        return real_create_connection(address, timeout, source_address)
+
+    monkeypatch.setattr(http_deadline.socket, 'create_connection', slow_create_connection)
+    context = _RecordingContext()
+    deadline = Deadline(2)
+    connection = http.client.HTTPSConnection('127.0.0.1', server.port, timeout=2, context=context)
+    with pytest.raises(ssl.SSLError, match='stand-in'):
+        deadline.connect(connection)
+    connection.close()
+    assert 0 < connect_timeouts[0] <= 2
+    assert 0 < context.handshake_timeout <= 2 - 0.5
+    assert deadline.expired is False
+
+
+def test_a_deadline_passed_before_connect_connects_nowhere(serve):
+    server = serve(answer(b'{}'))
+    deadline = Deadline(0)
+    connection = http.client.HTTPConnection('127.0.0.1', server.port, timeout=1)
+    with pytest.raises(socket.timeout, match='deadline passed'):
+        deadline.connect(connection)
+    connection.close()
+    time.sleep(0.3)
+    assert server.accepted == 0
+    assert deadline.expired is True
+
+
+def test_one_deadline_across_two_exchanges(serve, monkeypatch):
+    """Redirects share the request's deadline: the second exchange gets only what the first left."""
+    server = serve(answer(b'x' * 300, interval=0.1))
+    real_create_connection = socket.create_connection
+    connect_timeouts = []
+
+    def recording_create_connection(address, timeout=None, source_address=None):
+        connect_timeouts.append(timeout)
+        return real_create_connection(address, timeout, source_address)
+
+    monkeypatch.setattr(http_deadline.socket, 'create_connection', recording_create_connection)
+    deadline = Deadline(2)
+    first = http.client.HTTPConnection('127.0.0.1', server.port, timeout=2)
+    deadline.connect(first)
+    first.request('GET', '/')
+    response = first.getresponse()
+    assert response.read(3) == b'xxx'   # 0.3 s of the drip at least
+    response.close()
+    first.close()
+    assert deadline.expired is False
+    second = http.client.HTTPConnection('127.0.0.1', server.port, timeout=2)
+    with pytest.raises(socket.timeout):
+        deadline.connect(second)
+        second.request('GET', '/')
+        second.getresponse().read()
+    second.close()
+    assert connect_timeouts[1] <= 2 - 0.3
+    assert deadline.expired is True
