@@ -12,7 +12,7 @@ import pytest
 from attacker_http import (close_early, drip, elapsed, hang, huge, json_body, raw, redirect,
                            slow_headers)
 from gpustack_attack import API_KEY, assert_no_secret
-from tls_drip import TlsDripServer
+from loopback_tcp import TcpServer, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
     MAX_BODY_BYTES, ClientInputError, GpustackApiError, GpustackClient, origin_of,
@@ -264,8 +264,8 @@ def test_a_slow_server_does_not_hold_a_request_past_its_timeout(attacker, behavi
 
 def test_a_dripping_tls_handshake_does_not_hold_a_request_past_its_timeout():
     """An https server_url whose server drips its handshake one byte every 0.2 s (30 s in all)."""
-    with TlsDripServer(interval=0.2, count=150) as server:
-        client = GpustackClient(server.url, API_KEY, api_version='v2', timeout=1)
+    with TcpServer(tls_drip(interval=0.2, count=150)) as server:
+        client = GpustackClient(server.https_url, API_KEY, api_version='v2', timeout=1)
         seconds, outcome = elapsed(client.list_all, 'models')
     assert isinstance(outcome, GpustackApiError), outcome
     assert outcome.status is None and 'no complete answer within 1s' in str(outcome)

@@ -8,7 +8,7 @@ and headers, not a per-read timeout a server can reset with one byte at a time."
 import pytest
 
 from attacker_http import elapsed, hang, json_body, raw, redirect, slow_headers
-from tls_drip import TlsDripServer
+from loopback_tcp import TcpServer, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import http_status
 
@@ -26,8 +26,8 @@ def test_a_server_dripping_its_headers_gets_no_more_than_the_timeout(attacker, b
 def test_a_server_dripping_its_tls_handshake_gets_no_more_than_the_timeout():
     """An https URL whose server accepts and drips its handshake one byte every 0.2 s (30 s in
     all, each byte within any per-recv timeout). The bound asserted is the deadline's."""
-    with TlsDripServer(interval=0.2, count=150) as server:
-        seconds, answer = elapsed(http_status, server.url + '/healthz', 1.0)
+    with TcpServer(tls_drip(interval=0.2, count=150)) as server:
+        seconds, answer = elapsed(http_status, server.https_url + '/healthz', 1.0)
     assert answer == (None, 'timed out after 1s')
     assert server.accepted == 1
     assert seconds < 1.0 + 3

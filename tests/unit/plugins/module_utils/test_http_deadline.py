@@ -8,52 +8,14 @@ the deadline's (generous), not speeds."""
 import http.client
 import socket
 import ssl
-import threading
 import time
 
 import pytest
 
+from loopback_tcp import TcpServer, tls_drip
+
 from ansible_collections.kvpin.fleet.plugins.module_utils import http_deadline
 from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
-
-
-class TcpServer:
-    """Accepts on 127.0.0.1 and runs ``behave(conn, stop)`` for each connection in a thread."""
-
-    def __init__(self, behave):
-        self.stop = threading.Event()
-        self.accepted = 0
-        self.listener = socket.socket()
-        self.listener.bind(('127.0.0.1', 0))
-        self.listener.listen(8)
-        self.listener.settimeout(0.1)
-        self.port = self.listener.getsockname()[1]
-        self._behave = behave
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _unused = self.listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        with conn:
-            try:
-                self._behave(conn, self.stop)
-            except OSError:
-                pass
-
-    def close(self):
-        self.stop.set()
-        self._thread.join(5)
-        self.listener.close()
 
 
 @pytest.fixture
@@ -91,18 +53,6 @@ def answer(body, interval=None):
             if stop.wait(interval):
                 return
             conn.sendall(body[index:index + 1])
-    return behave
-
-
-def tls_drip(interval=0.2, count=150):
-    """Accept and start a TLS handshake that never ends: a handshake record header announcing
-    16 KiB, then one byte every ``interval`` seconds."""
-    def behave(conn, stop):
-        conn.sendall(b'\x16\x03\x03\x40\x00')
-        for _index in range(count):
-            if stop.wait(interval):
-                return
-            conn.sendall(b'\x02')
     return behave
 
 
