@@ -10,6 +10,7 @@ connection runs ``behave(conn, stop)`` in a thread of its own.
 
 import socket
 import threading
+import time
 
 # TLS record: content type 22 (handshake), version 3.3, length 0x4000 (16 KiB).
 TLS_HANDSHAKE_RECORD_HEADER = b'\x16\x03\x03\x40\x00'
@@ -18,7 +19,7 @@ TLS_HANDSHAKE_RECORD_HEADER = b'\x16\x03\x03\x40\x00'
 def tls_drip(interval=0.2, count=150):
     """Accept and start a TLS handshake that never ends: a handshake record header announcing
     16 KiB, then one byte every ``interval`` seconds. Each byte arrives well within any per-recv
-    timeout; only a total deadline stops the client."""
+    timeout; a client whose handshake has no total bound waits out the whole drip."""
     def behave(conn, stop):
         conn.sendall(TLS_HANDSHAKE_RECORD_HEADER)
         for _index in range(count):
@@ -72,3 +73,42 @@ class TcpServer:
 
     def __exit__(self, *_exc):
         self.close()
+
+
+class UnansweredAddress:
+    """An address on 127.0.0.1 that does not answer: a listener whose accept queue is full, so
+    the kernel drops further SYNs and a connect to it waits until its timeout."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind(('127.0.0.1', 0))
+        self.listener.listen(0)
+        self.address = self.listener.getsockname()
+        self._queued = []
+        for _index in range(3):
+            sock = socket.socket()
+            sock.setblocking(False)
+            try:
+                sock.connect(self.address)
+            except BlockingIOError:
+                pass
+            self._queued.append(sock)
+        time.sleep(0.2)
+
+    def close(self):
+        for sock in self._queued:
+            sock.close()
+        self.listener.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.close()
+
+
+def resolving_to(*addresses):
+    """A getaddrinfo stand-in: every name resolves to ``addresses`` ((host, port) on IPv4), in order."""
+    def getaddrinfo(*_args, **_kwargs):
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, '', address) for address in addresses]
+    return getaddrinfo

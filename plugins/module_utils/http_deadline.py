@@ -7,10 +7,10 @@ status line, headers and body together.
 A socket timeout bounds each recv, not the answer: a server that drips one byte per timeout
 (its TLS handshake, its headers, its body) holds a check forever. Here every blocking step gets
 what is left of one deadline as its timeout, and ``expired`` tells the caller afterwards that the
-deadline is what ended the exchange (for "timed out after Ns"). No thread: the TCP connect and
-each send or recv get the time left; the TLS handshake gets it too (CPython's do_handshake
-honours its socket timeout as the total for the whole handshake). Name resolution is not bounded
-(getaddrinfo takes no timeout).
+deadline is what ended the exchange (for "timed out after Ns"). No thread: the TCP connect
+(every address a name resolves to in turn) and each send or recv get the time left; the TLS
+handshake gets it too (CPython's do_handshake honours its socket timeout as the total for the
+whole handshake). Name resolution is not bounded (getaddrinfo takes no timeout).
 
 Stdlib only and Python >= 3.8: node_state ships it to every node inside the probe.
 """
@@ -65,15 +65,29 @@ class Deadline:
             raise
 
     def _create_connection(self, address, _timeout=None, source_address=None):
-        # http.client's hook for the TCP connect: HTTP(S)Connection.connect calls it.
-        sock = socket.create_connection(address, self.left(), source_address)
-        try:
-            # What is left, for the TLS handshake HTTPSConnection.connect does next on this socket.
-            sock.settimeout(self.left())
-        except socket.timeout:
-            sock.close()
-            raise
-        return sock
+        # http.client's hook for the TCP connect: HTTP(S)Connection.connect calls it. Not
+        # socket.create_connection, which gives every address the name resolves to the whole
+        # timeout (a name with N unanswering addresses would hold the exchange N timeouts):
+        # each address here gets what is left, and the last socket keeps what is left for the
+        # TLS handshake HTTPSConnection.connect does next on it.
+        host, port = address
+        last_error = None
+        for family, kind, proto, _canonical, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                if source_address:
+                    sock.bind(source_address)
+                sock.settimeout(self.left())
+                sock.connect(sockaddr)
+                sock.settimeout(self.left())
+                return sock
+            except socket.timeout:
+                sock.close()
+                raise
+            except OSError as error:
+                sock.close()
+                last_error = error
+        raise last_error or OSError('%s resolves to no address' % host)
 
     def connect(self, connection):
         """``connection.connect()`` (an http.client HTTP(S)Connection) within the deadline, then
@@ -82,6 +96,7 @@ class Deadline:
         try:
             connection.connect()
         except socket.timeout:
+            # (a connect the deadline cut: its settimeout(left) was all there was)
             self._ended_a_step = True
             raise
         connection.sock = _DeadlineSocket(connection.sock, self)

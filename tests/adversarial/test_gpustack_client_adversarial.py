@@ -5,6 +5,7 @@
 whitespace, redirects same- and cross-origin, malformed 200 bodies, bad ca_path and timeout,
 drips, slow headers, hangs, huge bodies, servers that echo the key back."""
 
+import socket
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from attacker_http import (close_early, drip, elapsed, hang, huge, json_body, raw, redirect,
                            slow_headers)
 from gpustack_attack import API_KEY, assert_no_secret
-from loopback_tcp import TcpServer, tls_drip
+from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
     MAX_BODY_BYTES, ClientInputError, GpustackApiError, GpustackClient, origin_of,
@@ -269,6 +270,22 @@ def test_a_dripping_tls_handshake_does_not_hold_a_request_past_its_timeout():
         seconds, outcome = elapsed(client.list_all, 'models')
     assert isinstance(outcome, GpustackApiError), outcome
     assert outcome.status is None and 'no complete answer within 1s' in str(outcome)
+    assert seconds < 1 + 3
+
+
+def test_the_connect_and_the_handshake_share_the_timeout(monkeypatch):
+    """server_url's name resolves to an address that does not answer, then to a server dripping
+    its TLS handshake: the unanswered connect spends the whole second and the request ends there,
+    the dripping server never reached (a per-step timeout would reach it: twice the timeout)."""
+    with UnansweredAddress() as dead, TcpServer(tls_drip(interval=0.2, count=150)) as dripping:
+        monkeypatch.setattr(socket, 'getaddrinfo', resolving_to(dead.address, ('127.0.0.1', dripping.port)))
+        client = GpustackClient('https://gpustack.invalid:%d' % dripping.port, API_KEY, api_version='v2', timeout=1)
+        seconds, outcome = elapsed(client.list_all, 'models')
+        time.sleep(0.3)     # the server's accept loop polls every 0.1 s
+        accepted = dripping.accepted
+    assert isinstance(outcome, GpustackApiError), outcome
+    assert outcome.status is None and 'no complete answer within 1s' in str(outcome)
+    assert accepted == 0
     assert seconds < 1 + 3
 
 

@@ -5,10 +5,13 @@
 slowly: its timeout is the total for the connect, the TLS handshake, the answer's status line
 and headers, not a per-read timeout a server can reset with one byte at a time."""
 
+import socket
+import time
+
 import pytest
 
 from attacker_http import elapsed, hang, json_body, raw, redirect, slow_headers
-from loopback_tcp import TcpServer, tls_drip
+from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import http_status
 
@@ -25,11 +28,26 @@ def test_a_server_dripping_its_headers_gets_no_more_than_the_timeout(attacker, b
 
 def test_a_server_dripping_its_tls_handshake_gets_no_more_than_the_timeout():
     """An https URL whose server accepts and drips its handshake one byte every 0.2 s (30 s in
-    all, each byte within any per-recv timeout). The bound asserted is the deadline's."""
+    all): a handshake with no total bound would wait it out. The bound asserted is the deadline's."""
     with TcpServer(tls_drip(interval=0.2, count=150)) as server:
         seconds, answer = elapsed(http_status, server.https_url + '/healthz', 1.0)
     assert answer == (None, 'timed out after 1s')
     assert server.accepted == 1
+    assert seconds < 1.0 + 3
+
+
+def test_the_connect_and_the_handshake_share_the_timeout(monkeypatch):
+    """The name resolves to an address that does not answer, then to a server dripping its TLS
+    handshake. The unanswered connect spends the whole second: the check ends there, and the
+    dripping server is never reached (a connect and a handshake each given the full timeout
+    would reach it and hold the check for twice the timeout)."""
+    with UnansweredAddress() as dead, TcpServer(tls_drip(interval=0.2, count=150)) as dripping:
+        monkeypatch.setattr(socket, 'getaddrinfo', resolving_to(dead.address, ('127.0.0.1', dripping.port)))
+        seconds, answer = elapsed(http_status, 'https://gpu-node.invalid:%d/healthz' % dripping.port, 1.0)
+        time.sleep(0.3)     # the server's accept loop polls every 0.1 s
+        accepted = dripping.accepted
+    assert answer == (None, 'timed out after 1s')
+    assert accepted == 0
     assert seconds < 1.0 + 3
 
 

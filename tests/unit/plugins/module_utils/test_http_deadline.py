@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from loopback_tcp import TcpServer, tls_drip
+from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import http_deadline
 from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
@@ -106,7 +106,7 @@ def test_a_dripping_body_is_ended_by_the_deadline(serve):
 
 
 def test_a_dripping_tls_handshake_is_ended_by_the_deadline(serve):
-    """The drip would take 30 s; a per-recv timeout never trips on it."""
+    """The drip would take 30 s; a handshake with no total bound would wait it out."""
     server = serve(tls_drip())
     deadline = Deadline(1)
     connection = http.client.HTTPSConnection('127.0.0.1', server.port, timeout=1,
@@ -133,28 +133,47 @@ class _RecordingContext:
         raise ssl.SSLError('stand-in handshake')
 
 
+def slow_getaddrinfo(seconds):
+    """getaddrinfo that takes ``seconds`` first: time the deadline spends before any connect."""
+    real_getaddrinfo = socket.getaddrinfo
+
+    def resolve(*args, **kwargs):
+        time.sleep(seconds)
+        return real_getaddrinfo(*args, **kwargs)
+    return resolve
+
+
 def test_the_tls_handshake_gets_what_the_tcp_connect_left(serve, monkeypatch):
     """TCP connect and handshake share one deadline: a connect that took 0.5 s of 2 s leaves the
     handshake at most 1.5 s (a per-step timeout would give it the full 2 s again)."""
     server = serve(tls_drip())
-    real_create_connection = socket.create_connection
-    connect_timeouts = []
-
-    def slow_create_connection(address, timeout=None, source_address=None):
-        connect_timeouts.append(timeout)
-        time.sleep(0.5)
-        return real_create_connection(address, timeout, source_address)
-
-    monkeypatch.setattr(http_deadline.socket, 'create_connection', slow_create_connection)
+    monkeypatch.setattr(http_deadline.socket, 'getaddrinfo', slow_getaddrinfo(0.5))
     context = _RecordingContext()
     deadline = Deadline(2)
     connection = http.client.HTTPSConnection('127.0.0.1', server.port, timeout=2, context=context)
     with pytest.raises(ssl.SSLError, match='stand-in'):
         deadline.connect(connection)
     connection.close()
-    assert 0 < connect_timeouts[0] <= 2
     assert 0 < context.handshake_timeout <= 2 - 0.5
     assert deadline.expired is False
+
+
+def test_every_address_of_a_name_shares_the_deadline(serve, monkeypatch):
+    """A name that resolves to two unanswering addresses, then one that answers: with 1 s in all
+    the connect ends unconnected (socket.create_connection would give each address the whole
+    second and connect to the third)."""
+    good = serve(answer(b'{}'))
+    with UnansweredAddress() as dead1, UnansweredAddress() as dead2:
+        monkeypatch.setattr(http_deadline.socket, 'getaddrinfo',
+                            resolving_to(dead1.address, dead2.address, ('127.0.0.1', good.port)))
+        deadline = Deadline(1)
+        connection = http.client.HTTPConnection('several.invalid', good.port, timeout=1)
+        with pytest.raises(socket.timeout):
+            deadline.connect(connection)
+        connection.close()
+    assert deadline.expired is True
+    time.sleep(0.3)     # the server's accept loop polls every 0.1 s
+    assert good.accepted == 0
 
 
 def test_a_deadline_passed_before_connect_connects_nowhere(serve):
@@ -169,17 +188,9 @@ def test_a_deadline_passed_before_connect_connects_nowhere(serve):
     assert deadline.expired is True
 
 
-def test_one_deadline_across_two_exchanges(serve, monkeypatch):
+def test_one_deadline_across_two_exchanges(serve):
     """Redirects share the request's deadline: the second exchange gets only what the first left."""
     server = serve(answer(b'x' * 300, interval=0.1))
-    real_create_connection = socket.create_connection
-    connect_timeouts = []
-
-    def recording_create_connection(address, timeout=None, source_address=None):
-        connect_timeouts.append(timeout)
-        return real_create_connection(address, timeout, source_address)
-
-    monkeypatch.setattr(http_deadline.socket, 'create_connection', recording_create_connection)
     deadline = Deadline(2)
     first = http.client.HTTPConnection('127.0.0.1', server.port, timeout=2)
     deadline.connect(first)
@@ -190,10 +201,11 @@ def test_one_deadline_across_two_exchanges(serve, monkeypatch):
     first.close()
     assert deadline.expired is False
     second = http.client.HTTPConnection('127.0.0.1', server.port, timeout=2)
+    deadline.connect(second)
+    # what the first exchange left, not the connection's own timeout of 2 s
+    assert second.sock._sock.gettimeout() <= 2 - 0.3
     with pytest.raises(socket.timeout):
-        deadline.connect(second)
         second.request('GET', '/')
         second.getresponse().read()
     second.close()
-    assert connect_timeouts[1] <= 2 - 0.3
     assert deadline.expired is True
