@@ -12,6 +12,10 @@ import pytest
 from model_files import SMALL_LLAMA, gpu, params
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan as sp
+from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
+from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
 
 LLAMA_CPP = dict(backend='llama.cpp', backend_version='b6327', quantization='Q8_0')
@@ -79,13 +83,42 @@ def test_hybrid_traffic_classes_feasible_only_with_the_blocks_to_show():
     assert 'blocks >= 7815 needed by the busiest window' in single['reasons']['kv_pool']
 
 
+def pool_from_output(spec, plan):
+    """The pool rebuilt from what the plan outputs (its pinned settings and each GPU's KV bytes),
+    independently of the evaluation that sized it: (usable blocks, layouts)."""
+    settings = plan.settings
+    version = prof.parse_version(plan.backend_version)
+    tp, block_size, mnbt = settings['tensor_parallel_size'], settings['block_size'], settings['max_num_batched_tokens']
+    if plan.pipeline:
+        kv_bytes = prof.kv_cache_dtype_bytes(settings['kv_cache_dtype'], version, spec.dtype_bytes)
+        layouts = [vm.kv_layout(vllm_pipeline.stage_spec(spec, *stage['layers']), tp, kv_bytes, block_size, mnbt)
+                   for stage in plan.pipeline['stages']]
+        # each stage's GPUs hold whole blocks of that stage's layout; the engine gives every stage
+        # the smallest count, less the null block
+        fewest = min(m.kv_cache // layouts[index].bytes_per_block
+                     for index, stage in enumerate(plan.pipeline['stages'])
+                     for m in plan.memory if m.index in stage['gpus'])
+        return max(0, fewest - prof.accounting(version).held_back_blocks(fewest)), layouts
+    spec = vm.engine_spec(spec, version)
+    kv_bytes = prof.kv_cache_dtype_bytes(settings['kv_cache_dtype'], version, spec.dtype_bytes)
+    layout = vm.kv_layout(spec, tp, kv_bytes, block_size, mnbt)
+    # each GPU's KV bytes are whole blocks (a pinned pool: the usable ones + the null block)
+    fewest = min(m.kv_cache // layout.bytes_per_block for m in plan.memory)
+    return max(0, fewest - prof.accounting(version).held_back_blocks(fewest)), [layout]
+
+
 @pytest.mark.parametrize('model', ['gemma-2-9b', 'qwen3-0.6b', 'small'])
 @pytest.mark.parametrize('version', ['0.6.6', '0.10.1.1', '0.11.0', '0.34.0'])
-def test_kv_pool_is_the_pool_kv_cache_tokens_reports(model, version):
-    # one fact, two readers: the pool the plan carries to traffic_classes gives its own kv_cache_tokens
-    p = params(model=SMALL_LLAMA if model == 'small' else model, backend_version=version)
+@pytest.mark.parametrize('knobs', [{}, {'kv_cache_dtype': 'fp8'}, {'gpus': [gpu(0), gpu(1)], 'tensor_parallel_size': 2}],
+                         ids=['plain', 'fp8', 'tp2'])
+def test_the_carried_pool_is_the_pool_the_plan_outputs(model, version, knobs):
+    # one fact, three readers: the pool the plan hands traffic_classes, the pool its settings and
+    # per-GPU KV bytes give, and its own kv_cache_tokens
+    p = params(model=SMALL_LLAMA if model == 'small' else model, backend_version=version, **knobs)
     plan = sp.build_plan(p)
     pool = plan.kv_pool
+    usable, layouts = pool_from_output(resolve_model(p['model']), plan)
+    assert (pool.usable_blocks, list(pool.layouts)) == (usable, layouts)
     max_len = plan.settings['max_model_len']
     per_max_len = pool.blocks_per_request(max_len)
     if pool.layouts[0].hybrid:
@@ -94,11 +127,12 @@ def test_kv_pool_is_the_pool_kv_cache_tokens_reports(model, version):
         assert pool.usable_blocks * plan.settings['block_size'] == plan.kv_cache_tokens
 
 
-def test_kv_pool_of_a_pipeline_plan_is_the_engine_block_count():
+def test_the_carried_pool_of_a_pipeline_plan_is_the_pool_the_plan_outputs():
     p = params(model='gemma-2-9b', pipeline_parallel_size=2, gpus=[gpu(0), gpu(1)])
     plan = sp.build_plan(p)
-    pool = plan.kv_pool
-    assert pool.usable_blocks == plan.pipeline['engine_kv_blocks'] and len(pool.layouts) == 2
+    usable, layouts = pool_from_output(resolve_model(p['model']), plan)
+    assert (plan.kv_pool.usable_blocks, list(plan.kv_pool.layouts)) == (usable, layouts)
+    assert usable == plan.pipeline['engine_kv_blocks'] and len(layouts) == 2
 
 
 def test_the_carried_pool_is_not_output_and_only_vllm_has_one():
