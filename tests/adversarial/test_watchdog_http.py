@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip  # pylint: disable=import-error
 from watchdog_program import PROGRAM, load_watchdog_program  # pylint: disable=import-error
 
 SECRET = "gpustack_tok_s3cr3t"
@@ -112,6 +113,25 @@ def test_a_dripping_server_cannot_hold_a_request_past_its_deadline(wd, serve, sc
         wd.http_request(server.url + "/metrics", deadline=time.monotonic() + 1.5, timeout=30)
     # Each byte arrives well within any per-recv timeout; only the overall deadline stops it.
     assert time.monotonic() - started < 3.0
+
+
+def test_every_address_and_the_tls_handshake_share_the_deadline(wd, monkeypatch):
+    """The host resolves to an address that does not answer, then to a server dripping its TLS
+    handshake: the unanswered connect spends the tick's deadline and the request ends there, the
+    dripping server never reached (http.client alone gives each address, then the handshake,
+    the whole timeout again)."""
+    with UnansweredAddress() as dead, TcpServer(tls_drip(interval=0.2, count=150)) as dripping:
+        monkeypatch.setattr(socket, "getaddrinfo", resolving_to(dead.address, ("127.0.0.1", dripping.port)))
+        started = time.monotonic()
+        with pytest.raises(wd.HTTPFailure, match="deadline passed"):
+            wd.http_request("https://gpustack.invalid:%d/v2/models" % dripping.port,
+                            deadline=time.monotonic() + 1, timeout=1)
+        assert wd.probe_ttft("https://engine.invalid:%d/v1/completions" % dripping.port, None, 1.0) is None
+        seconds = time.monotonic() - started
+        time.sleep(0.3)     # the server's accept loop polls every 0.1 s
+        accepted = dripping.accepted
+    assert accepted == 0
+    assert seconds < 2 + 3
 
 
 def test_an_oversize_body_is_refused(wd, serve):

@@ -1454,8 +1454,7 @@ def probe_ttft(url: str, model: Optional[object], timeout: float) -> Optional[fl
             return None
         conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
-        conn.connect()
-        conn.sock = _DeadlineSocket(conn.sock, deadline)
+        _connect_within(conn, deadline)
         conn.request("POST", (parts.path or "/") + ("?" + parts.query if parts.query else ""),
                      body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -1535,6 +1534,43 @@ class _DeadlineSocket:
             self._sock.close()
 
 
+def _connect_within(conn, deadline: float) -> None:
+    """conn.connect() within the deadline, then every later send and recv too (_DeadlineSocket).
+    Each address the host resolves to gets what is left, and so does the TLS handshake after it:
+    http.client would give each address, then the handshake, the connection's whole timeout.
+    The program's own copy of the collection's module_utils/http_deadline.py: it runs on the
+    node without the collection."""
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("deadline passed")
+        return remaining
+
+    def create_connection(address, _timeout=None, source_address=None):
+        host, port = address
+        last_error = None
+        for family, kind, proto, _canonical, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                if source_address:
+                    sock.bind(source_address)
+                sock.settimeout(left())
+                sock.connect(sockaddr)
+                sock.settimeout(left())      # what the TLS handshake gets
+                return sock
+            except socket.timeout:
+                sock.close()
+                raise
+            except OSError as error:
+                sock.close()
+                last_error = error
+        raise last_error or OSError("%s resolves to no address" % host)
+
+    conn._create_connection = create_connection  # pylint: disable=protected-access
+    conn.connect()
+    conn.sock = _DeadlineSocket(conn.sock, deadline)
+
+
 def http_request(url: str, method: str = "GET", body: Optional[bytes] = None,
                  headers: Optional[Dict[str, str]] = None, deadline: Optional[float] = None,
                  timeout: float = 5.0, max_bytes: int = 8 * MiB) -> Tuple[int, bytes, Dict[str, str]]:
@@ -1558,8 +1594,7 @@ def http_request(url: str, method: str = "GET", body: Optional[bytes] = None,
     path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
     resp = None
     try:
-        conn.connect()
-        conn.sock = _DeadlineSocket(conn.sock, deadline)
+        _connect_within(conn, deadline)
         conn.request(method, path, body=body, headers=dict(headers or {}))
         resp = conn.getresponse()
         length = resp.getheader("Content-Length")
