@@ -29,6 +29,17 @@ def tls_drip(interval=0.2, count=150):
     return behave
 
 
+def read_request(conn):
+    """The request line and headers of one HTTP request read from ``conn`` (less at EOF)."""
+    data = b''
+    while b'\r\n\r\n' not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 class TcpServer:
     """Accepts on 127.0.0.1 until closed; ``accepted`` counts the connections."""
 

@@ -13,11 +13,10 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip  # pylint: disable=import-error
+from loopback_tcp import TcpServer, UnansweredAddress, read_request, resolving_to, tls_drip  # pylint: disable=import-error
 from watchdog_program import PROGRAM, load_watchdog_program  # pylint: disable=import-error
 
 SECRET = "gpustack_tok_s3cr3t"
@@ -28,51 +27,23 @@ def wd():
     return load_watchdog_program()
 
 
-class RawServer:
-    """A TCP server on 127.0.0.1 that answers every connection with `script(conn)`."""
+class RawServer(TcpServer):
+    """A TCP server on 127.0.0.1 that reads each request, records it and answers with
+    `script(conn, server)`."""
 
     def __init__(self, script):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.url = "http://127.0.0.1:%d" % self.port
         self.script = script
         self.requests = []
-        self.stop = threading.Event()
-        self.sock.settimeout(0.2)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__(self._answer)
+        self.url = "http://127.0.0.1:%d" % self.port
 
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _addr = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            conn.settimeout(5)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                data += chunk
-            self.requests.append(data.decode("latin-1"))
-            self.script(conn, self)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.sock.close()
+    def _answer(self, conn, _stop):
+        conn.settimeout(5)
+        data = read_request(conn)
+        if b"\r\n\r\n" not in data:
+            return
+        self.requests.append(data.decode("latin-1"))
+        self.script(conn, self)
 
 
 def drip_headers(conn, server):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
+from loopback_tcp import TcpServer, UnansweredAddress, read_request, resolving_to, tls_drip
 
 from ansible_collections.kvpin.fleet.plugins.module_utils import http_deadline
 from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
@@ -30,21 +30,11 @@ def serve():
         server.close()
 
 
-def _read_request(conn):
-    data = b''
-    while b'\r\n\r\n' not in data:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def answer(body, interval=None):
     """Read one request, answer 200 with ``body`` and "Connection: close"; with ``interval``, the
     body one byte every ``interval`` seconds."""
     def behave(conn, stop):
-        _read_request(conn)
+        read_request(conn)
         conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' % len(body))
         if interval is None:
             conn.sendall(body)
