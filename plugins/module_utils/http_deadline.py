@@ -34,7 +34,6 @@ class Deadline:
     deadline is what ended the exchange."""
 
     def __init__(self, seconds):
-        self.seconds = seconds
         self.end = time.monotonic() + seconds
         self._ended_a_step = False
 

@@ -1486,6 +1486,14 @@ class HTTPFailure(Exception):
     """A request that did not produce a usable answer; the message never holds a credential."""
 
 
+def _time_left(deadline: float) -> float:
+    """Seconds left before ``deadline`` (time.monotonic), or socket.timeout once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("deadline passed")
+    return left
+
+
 class _DeadlineSocket:
     """Wraps a connected socket: every recv/send first sets the socket timeout to what is left
     of one deadline, so a server that drips a byte a second cannot hold a read past it
@@ -1498,10 +1506,7 @@ class _DeadlineSocket:
         self._closed = False
 
     def _arm(self) -> None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("deadline passed")
-        self._sock.settimeout(left)
+        self._sock.settimeout(_time_left(self._deadline))
 
     def recv_into(self, buf, nbytes=0, flags=0):
         self._arm()
@@ -1540,12 +1545,6 @@ def _connect_within(conn, deadline: float) -> None:
     http.client would give each address, then the handshake, the connection's whole timeout.
     The program's own copy of the collection's module_utils/http_deadline.py: it runs on the
     node without the collection."""
-    def left() -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout("deadline passed")
-        return remaining
-
     def create_connection(address, _timeout=None, source_address=None):
         host, port = address
         last_error = None
@@ -1554,9 +1553,9 @@ def _connect_within(conn, deadline: float) -> None:
             try:
                 if source_address:
                     sock.bind(source_address)
-                sock.settimeout(left())
+                sock.settimeout(_time_left(deadline))
                 sock.connect(sockaddr)
-                sock.settimeout(left())      # what the TLS handshake gets
+                sock.settimeout(_time_left(deadline))      # what the TLS handshake gets
                 return sock
             except socket.timeout:
                 sock.close()
