@@ -15,11 +15,11 @@ The name does not match ``bench_*.py``: scripts/test.sh does not run it as a ben
 
 from __future__ import annotations
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile
 
 FIT = 'fit'
 HELD_OUT = 'held_out'

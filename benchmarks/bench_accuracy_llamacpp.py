@@ -30,10 +30,10 @@ import sys
 import _setup  # noqa: F401  pylint: disable=unused-import
 import _splits as splits
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_FULL, GGUFLayout, ModelSpec
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_FULL, GGUFLayout, ModelSpec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB
 
 VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'llamacpp_public.json')

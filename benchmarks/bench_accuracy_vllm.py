@@ -56,13 +56,13 @@ import sys
 from _setup import ROOT
 import _splits as splits
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import LedgerInputError, gpu_ledger
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import LedgerInputError, gpu_ledger
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import (
     kv_bytes_per_token, plan_vllm)
 
 DATA = os.path.join(ROOT, 'benchmarks', 'data', 'vllm_public.json')

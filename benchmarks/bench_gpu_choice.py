@@ -20,10 +20,10 @@ import time
 # First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
 import _setup  # noqa: F401  pylint: disable=unused-import
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import build_plan
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import build_plan
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 A6000 = ('NVIDIA RTX A6000', 51527024640)
 RTX4090 = ('NVIDIA GeForce RTX 4090', 25757220864)

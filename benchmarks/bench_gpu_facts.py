@@ -41,7 +41,7 @@ def main():
     parser.add_argument('--runs', type=int, default=200, help='runs per row (median reported)')
     args = parser.parse_args()
 
-    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import preload_library, probe
+    from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import preload_library, probe
 
     library = subprocess.run([os.path.join(ROOT, 'tests', 'nvml_stub', 'build.sh')],
                              check=True, capture_output=True, text=True).stdout.strip()

@@ -25,7 +25,7 @@ import time
 # First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py).
 import _setup  # noqa: F401  pylint: disable=unused-import
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 GiB = 1 << 30
 REPEATS = 5

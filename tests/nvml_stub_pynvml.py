@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import preload_library
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import preload_library
 
 BUILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'nvml_stub', 'build.sh')
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 LEDGER_FILTER = FilterModule().filters()['kvpin_gpu_ledger']

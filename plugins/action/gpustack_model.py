@@ -23,7 +23,7 @@ from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_model_apply import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.model_apply import (
     gpustack_model_argument_spec, gpustack_model_result,
 )
 

@@ -19,7 +19,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, model_needs_node_files, serving_plan_result,
 )
 

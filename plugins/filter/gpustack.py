@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     RecordInputError,
     replica_vram_claim,
 )

@@ -13,37 +13,37 @@ import binascii
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.compile_cache import CompileCacheError, compile_cache
-from ansible_collections.kvpin.fleet.plugins.module_utils.container_gpu import ContainerGpuInputError, problems
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.compile_cache import CompileCacheError, compile_cache
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.container_gpu import ContainerGpuInputError, problems
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
     gpu_ledger,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_summary import GpuSummaryError, gpu_summary
-from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.gpu_summary import GpuSummaryError, gpu_summary
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import ManagedFileError, file_checks
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     compare,
     parse_checks,
     summarize,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, render_plan_report
-from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_batches import RolloutBatchError, rollout_batches
-from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_phases import RolloutPhaseError, selected_phases
-from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
-from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.pip_pins import PipPinError, pip_pins
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import PlanHtmlError, render_plan_report
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.batches import RolloutBatchError, rollout_batches
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.phases import RolloutPhaseError, selected_phases
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.saved_gpu_facts import SavedGpuFactsError, read_saved_gpu_facts
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.system_reserved import (
     SystemReservedError,
     system_reserved,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.systemd_env import (
     SystemdEnvError,
     env_file_content,
     env_names,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
-from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.watchdog_targets import (
     WatchdogTargetError,
     due_args,
     watchdog_targets,

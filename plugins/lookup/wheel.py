@@ -54,7 +54,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.python_library import WHEEL_MAX_BYTES, WHEEL_NAME_RE
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.python_library import WHEEL_MAX_BYTES, WHEEL_NAME_RE
 
 
 def read_wheel(path):

@@ -378,17 +378,17 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     observe,
     parse_checks,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import (
     NvmlProbeError,
     preload_library,
     probe,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.python_library import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.python_library import (
     LIBRARY_DIR_DEFAULT,
     PythonLibraryError,
     ensure_library_dir,

@@ -197,7 +197,7 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_model_apply import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.model_apply import (
     gpustack_model_argument_spec, gpustack_model_result,
 )
 

@@ -100,10 +100,10 @@ api_version:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import (
     ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     RecordInputError, ServerRecordError, label_values, server_worker_labels, worker_labels_change,
     worker_labels_wanted,
 )

@@ -227,8 +227,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import content_sha1
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import USER_ATTRIBUTES, observe_user, sha1_of_file
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import content_sha1
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import USER_ATTRIBUTES, observe_user, sha1_of_file
 
 
 class EntryError(Exception):

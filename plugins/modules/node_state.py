@@ -291,7 +291,7 @@ drift:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     NodeStateWaitError,
     check_wait,

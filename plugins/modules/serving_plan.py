@@ -826,7 +826,7 @@ plan_report:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result,
 )
 

@@ -16,9 +16,9 @@ import pytest
 from model_files import (ARRAY, BOOL, FLOAT32, INT32, STRING, UINT32, UINT64, gguf_bytes, gstr,
                          llama_kvs, params, write)
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 pytest.importorskip('gguf')
 

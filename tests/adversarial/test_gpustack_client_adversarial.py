@@ -15,7 +15,7 @@ from attacker_http import (close_early, drip, elapsed, hang, huge, json_body, ra
 from gpustack_attack import API_KEY, assert_no_secret
 from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import (
     MAX_BODY_BYTES, ClientInputError, GpustackApiError, GpustackClient, origin_of,
 )
 

@@ -9,7 +9,7 @@ Ansible runs the module, against the GPUStack look-alike on 127.0.0.1 (gpustack_
 from attacker_http import json_body
 from gpustack_attack import API_KEY, assert_no_secret, run_module
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     RecordInputError, misplaced_instances, selected_gpus)
 
 import pytest

@@ -9,7 +9,7 @@ import pytest
 
 from gpustack_attack import API_KEY, assert_no_secret
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     ServerRecordError, check_server_model, server_worker_labels,
 )
 

@@ -14,9 +14,9 @@ import pytest
 
 from model_files import SMALL_LLAMA, TINY_LLAMA, params
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 
 def cfg(**overrides):

@@ -13,7 +13,7 @@ import pytest
 from attacker_http import elapsed, hang, json_body, raw, redirect, slow_headers
 from loopback_tcp import TcpServer, UnansweredAddress, resolving_to, tls_drip
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import http_status
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import http_status
 
 
 @pytest.mark.parametrize('behaviour', [slow_headers(interval=0.1, count=150), hang()], ids=['slow-headers', 'hang'])

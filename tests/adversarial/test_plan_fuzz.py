@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from model_files import GiB
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     MEMORY_AMOUNTS, RESIDENT_TERMS)
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 # Bounded so the whole file runs in seconds: a few hundred examples, no per-example deadline
 # (the shared CI machine's load varies; planning time is measured in benchmarks, not here).

@@ -17,7 +17,7 @@ import pytest
 from local_playbook import run_tasks_on_localhost
 from model_files import GiB, SMALL_LLAMA, gpu, params, run_module
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 SECRET = 'root:$6$kvpinSECRET$hash:19000:0:99999:7:::'
 

@@ -11,12 +11,12 @@ import pytest
 
 from model_files import SMALL_LLAMA, gpu, params
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan as sp
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan as sp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 
 LLAMA_CPP = dict(backend='llama.cpp', backend_version='b6327', quantization='Q8_0')
 

@@ -14,11 +14,11 @@ import pytest
 
 from model_files import GiB, SMALL_LLAMA, params
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan as sp
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_SLIDING
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan as sp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_SLIDING
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, Plan, PlanTermError, check_plan)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from systemd_env_oracle import systemd_parse
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.systemd_env import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.systemd_env import (
     SystemdEnvError, env_file_content, env_names, quote_env_value,
 )
 

@@ -484,7 +484,7 @@ def wait_for_instance(server, model_id, timeout=90):
 def local_model_dir(tmp_path_factory):
     """A local_path model GPUStack can read without the hub: the real config.json of
     Llama-3.1-8B-Instruct (from the catalog), no weights (nothing runs the engine here)."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import CATALOG
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import CATALOG
     root = tmp_path_factory.mktemp('models')
     os.chmod(str(root), 0o755)
     model_dir = root / 'Llama-3.1-8B-Instruct'

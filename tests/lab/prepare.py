@@ -155,7 +155,7 @@ def lab_deployments():
 
 def prepare_models(lab_dir):
     sys.path.insert(0, os.path.join(REPO, '.cache', 'collections'))
-    from ansible_collections.kvpin.fleet.plugins.module_utils import model_catalog  # noqa: E402
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_catalog  # noqa: E402
     models = os.path.join(lab_dir, 'models')
     engines = os.path.join(lab_dir, 'engines')
     # Mounted into the containers: they must exist even when nothing is in them.

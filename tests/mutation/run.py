@@ -34,10 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
 
 WATCHDOG = 'roles/serving_watchdog/files/kvpin_watchdog.py'
-NODE_STATE = 'plugins/module_utils/node_state.py'
-VLLM_MEMORY = 'plugins/module_utils/vllm_memory.py'
+NODE_STATE = 'plugins/module_utils/facts/node_state.py'
+VLLM_MEMORY = 'plugins/module_utils/plan/vllm_memory.py'
 SITE = 'playbooks/site.yml'
-VLLM_PIPELINE = 'plugins/module_utils/vllm_pipeline.py'
+VLLM_PIPELINE = 'plugins/module_utils/plan/vllm_pipeline.py'
 
 T_VLLM = ['tests/unit/plugins/module_utils/test_vllm_memory.py', 'tests/unit/plugins/module_utils/test_serving_plan.py']
 T_PP = ['tests/unit/plugins/module_utils/test_vllm_pipeline.py']

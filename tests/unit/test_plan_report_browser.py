@@ -131,8 +131,8 @@ def browser_ready():
 def test_the_report_in_chromium_one_bar_per_gpu_segments_to_scale_no_error(browser_ready, tmp_path):
     from plan_report_nodes import fleet  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import RESIDENT_TERMS
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import render_plan_report
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import RESIDENT_TERMS
     nodes = fleet()
     report = tmp_path / 'kvpin-plan-report.html'
     report.write_text(render_plan_report(nodes), encoding='utf-8')
@@ -169,7 +169,7 @@ def test_the_laid_out_check_catches_a_segment_drawn_off_scale(browser_ready, tmp
     """The measurement is not vacuous: a page whose rect is 3 px longer than its bytes fails."""
     from plan_report_nodes import fleet  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import render_plan_report
     text = render_plan_report(fleet()[2:])
     start = text.index('<rect data-term="headroom"')
     width_at = text.index('width="', start) + len('width="')
@@ -188,7 +188,7 @@ def test_a_100_node_report_stays_readable_one_bar_per_gpu(browser_ready, tmp_pat
     bar or over another row."""
     from plan_report_nodes import many_nodes  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import render_plan_report
     nodes = many_nodes(100)
     report = tmp_path / 'fleet-100.html'
     report.write_text(render_plan_report(nodes), encoding='utf-8')
@@ -205,7 +205,7 @@ def test_the_readable_check_catches_a_label_over_its_bar(browser_ready, tmp_path
     """Not vacuous: a label pushed 200 px right runs into its bar and fails the check."""
     from plan_report_nodes import fleet  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import render_plan_report
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import render_plan_report
     text = render_plan_report(fleet()[2:]).replace('<text x="0" ', '<text x="200" ', 1)
     report = tmp_path / 'label-over-bar.html'
     report.write_text(text, encoding='utf-8')

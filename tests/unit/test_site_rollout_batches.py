@@ -59,7 +59,7 @@ def test_the_collections_python_imports_without_numpy():
     code = ('import sys\n'
             'import ansible_collections.kvpin.fleet.plugins.filter.kvpin\n'
             'import ansible_collections.kvpin.fleet.plugins.action.serving_plan\n'
-            'import ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory as lm\n'
+            'import ansible_collections.kvpin.fleet.plugins.module_utils.plan.llamacpp_memory as lm\n'
             'assert lm.type_bytes("Q4_K", 256) == 144\n'
             'print(sorted(m for m in ("numpy", "gguf") if m in sys.modules))\n')
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, check=False,

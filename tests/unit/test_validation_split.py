@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import Fitted, source_rows_of
 from benchmark_loader import load_benchmark  # pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,7 +88,7 @@ def test_every_fitted_constant_names_existing_fit_rows(name):
 
 
 def _fitted_objects(name):
-    """The Fitted objects (plugins/module_utils/fitted.py) of the modules a data file feeds."""
+    """The Fitted objects (plugins/module_utils/plan/fitted.py) of the modules a data file feeds."""
     found = []
     for module in BENCHMARKS[name][1]:
         for value in vars(module).values():

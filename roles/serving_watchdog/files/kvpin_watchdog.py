@@ -1692,7 +1692,7 @@ def read_api_key(path: Optional[object]) -> Optional[str]:
 INSTANCE_STATES_RUNNING = ("running",)
 # Server-owned status on a model read back from the API, left out of a full-record PUT (GPUStack
 # 2.3.0 schemas/models.py: not part of ModelUpdate). The same tuple as
-# plugins/module_utils/gpustack_records.py SERVER_OWNED_MODEL_FIELDS (this program ships alone;
+# plugins/module_utils/gpustack/records.py SERVER_OWNED_MODEL_FIELDS (this program ships alone;
 # tests/unit/watchdog/test_watchdog_profile_switch.py checks that the two agree).
 SERVER_OWNED_MODEL_FIELDS = (
     "id", "created_at", "updated_at", "deleted_at", "state", "state_message", "role_status",

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from nvml_stub_pynvml import stub_pynvml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import build_plan
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import probe
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import build_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, 'inventory', 'example')

@@ -13,7 +13,7 @@ import os
 
 import yaml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import compare, parse_checks
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import compare, parse_checks
 from local_playbook import REPO_ROOT, run_tasks_on_localhost
 
 

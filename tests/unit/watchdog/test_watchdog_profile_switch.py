@@ -22,7 +22,7 @@ import pytest
 
 from watchdog_program import PROGRAM  # pylint: disable=import-error
 from gpustack_fake import FakeGPUStack  # pylint: disable=import-error
-from ansible_collections.kvpin.fleet.plugins.module_utils import gpustack_records
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack import records as gpustack_records
 
 DAY = ["--max-num-seqs=64", "--max-model-len=4096", "--gpu-memory-utilization=0.92"]
 NIGHT = ["--max-num-seqs=4", "--max-model-len=32768", "--gpu-memory-utilization=0.92",

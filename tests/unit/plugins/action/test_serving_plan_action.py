@@ -19,8 +19,8 @@ import sys
 import pytest
 from local_playbook import run_tasks_on_localhost
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import model_needs_node_files
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import model_needs_node_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'serving_plan.py')

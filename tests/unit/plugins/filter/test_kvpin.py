@@ -13,7 +13,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import evaluate, observe, parse_checks, summarize
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import evaluate, observe, parse_checks, summarize
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 FILTER = FilterModule().filters()['kvpin_system_reserved']

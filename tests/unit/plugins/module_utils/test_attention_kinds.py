@@ -1,12 +1,12 @@
 """Each layer kind owns its KV cost: vLLM bytes per token and blocks per request, llama.cpp
-K/V values per cell (plugins/module_utils/attention_kinds.py)."""
+K/V values per cell (plugins/module_utils/plan/attention_kinds.py)."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import GGUFLayout, ModelSpec
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import attention_kinds as ak
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import GGUFLayout, ModelSpec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 
 
 def spec(**over):

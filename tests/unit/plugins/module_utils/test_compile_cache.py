@@ -10,7 +10,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.compile_cache import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.compile_cache import (
     COMPILE_CACHE_ENV, CompileCacheError, compile_cache)
 
 FIELD = 'gpustack_worker_compile_cache_dir'

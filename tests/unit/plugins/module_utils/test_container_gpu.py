@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.container_gpu import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.container_gpu import (
     MAX_ANSWER_CHARS,
     ContainerGpuInputError,
     cdi_devices,

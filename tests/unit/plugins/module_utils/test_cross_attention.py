@@ -13,15 +13,15 @@ import json
 import pytest
 from safetensors_files import write_safetensors  # pylint: disable=import-error
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import CATALOG
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError, check_spec
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import attention_kinds as ak
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import CATALOG
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError, check_spec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 RTX4090_TOTAL = 25757220864        # NVML memory_total of an RTX 4090 (24564 MiB)
 WHISPER = 'openai/whisper-large-v3'

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB
 
 RTX4090 = 'NVIDIA GeForce RTX 4090'

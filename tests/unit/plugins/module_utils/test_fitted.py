@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Fitted constants (plugins/module_utils/fitted.py): each carries its value and its source in
+"""Fitted constants (plugins/module_utils/plan/fitted.py): each carries its value and its source in
 one object, the modules' FITTED_SOURCE_ROWS derive from those objects, and no explanation
 string repeats a fitted number as a literal (they print ``describe()``). The split of the data
 rows each object names is checked in tests/unit/test_validation_split.py."""
@@ -15,13 +15,13 @@ import re
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import fitted as ft
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as lp
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as vp
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import fitted as ft
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile as lp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as vp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     LAYER_FULL, LAYER_SLIDING, ModelSpecError)
 
 gguf = pytest.importorskip('gguf')

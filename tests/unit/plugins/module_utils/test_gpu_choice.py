@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import gpu_choice
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gpu_choice
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     build_plan, plan_report, serving_plan_result)
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
 
 RTX4090 = ('NVIDIA GeForce RTX 4090', 25757220864, '8.9')    # NVML totals of the lab fixtures
 A6000 = ('NVIDIA RTX A6000', 51527024640, '8.6')

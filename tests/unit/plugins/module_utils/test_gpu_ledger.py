@@ -19,14 +19,14 @@ from nvml_stub_pynvml import stub_pynvml
 
 from ansible_collections.kvpin.fleet.plugins.filter.gpustack import FilterModule as GpustackFilters
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils import nvml_probe
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_ledger import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts import nvml_probe
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import (
     LedgerInputError,
     deployments_from_results,
     gpu_ledger,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import build_plan
-from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import system_reserved
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import build_plan
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.system_reserved import system_reserved
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -303,7 +303,7 @@ LAB_HOSTS = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(LAB_
 def test_the_lab_inventory_passes_the_ledger(nvml, monkeypatch, host):
     """Each lab node's deployments, planned as site.yml plans them on the node's fixture GPUs,
     pass the ledger with the worker role's default system_reserved floor (1 GiB)."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
+    from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import probe
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', os.path.join(FIXTURES, host + '.json'))
     monkeypatch.setattr(nvml_probe, 'PROC_ROOT', '/nonexistent-proc')   # fixture pids are not ours
     gpus = json.loads(json.dumps(probe(nvml)['gpus']))
@@ -327,7 +327,7 @@ def test_the_lab_inventory_passes_the_ledger(nvml, monkeypatch, host):
 
 def test_the_lab_fixture_process_is_charged_outside_gpustack(nvml, monkeypatch):
     """lab-4090x2's fixture has a 312 MiB process on GPU 0 (a monitoring agent's context)."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import probe
+    from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import probe
     monkeypatch.setenv('KVPIN_NVML_STUB_CONFIG', os.path.join(FIXTURES, 'lab-4090x2.json'))
     monkeypatch.setattr(nvml_probe, 'PROC_ROOT', '/nonexistent-proc')
     gpus = probe(nvml)['gpus']

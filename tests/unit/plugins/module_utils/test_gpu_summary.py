@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover - 2.18
         return text
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_summary import GpuSummaryError, gpu_summary
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.gpu_summary import GpuSummaryError, gpu_summary
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB
 
 A6000 = {'name': 'NVIDIA RTX A6000', 'memory_total': 48 * GiB}

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import GpustackApiError, GpustackClient
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import GpustackApiError, GpustackClient
 
 API_KEY = 'gpustack_1234567890abcdef_fedcba0987654321fedcba0987654321'
 

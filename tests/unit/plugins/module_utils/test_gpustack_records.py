@@ -5,8 +5,8 @@
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import error_message_from_body
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import error_message_from_body
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     MANAGED_FIELDS, RecordInputError, desired_model_fields, field_changes, gpu_vram_bookings, model_update_body,
     normalise_model, plan_model_change, replica_vram_claim, worker_labels_change, worker_labels_wanted,
 )

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import gpustack_records as rec
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_FULL, ModelSpec
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack import records as rec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_FULL, ModelSpec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes
 
 A6000_TOTAL = 51527024640

@@ -10,10 +10,10 @@ import dataclasses
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import attention_kinds as ak
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GB, MiB
 
 LLAMA_70B = resolve_model('meta-llama/Llama-3.3-70B-Instruct')

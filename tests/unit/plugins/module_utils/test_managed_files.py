@@ -10,8 +10,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.managed_files import ManagedFileError, file_checks
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import parse_checks
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import ManagedFileError, file_checks
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import parse_checks
 
 SECRET = 'token: verysecret\n'
 

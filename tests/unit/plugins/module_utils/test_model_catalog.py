@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import ALIASES, CATALOG
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import ALIASES, CATALOG
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     LAYER_FULL, LAYER_MLA, LAYER_SLIDING)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 

@@ -12,8 +12,8 @@ import struct
 import pytest
 from safetensors_files import write_safetensors  # pylint: disable=import-error
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import model_loaders as ml
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec, ModelSpecError)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'fixtures', 'models')

@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     CheckSpec,
     FileSpec,
     HttpSpec,

@@ -16,9 +16,9 @@ import os
 import pytest
 from nvml_stub_pynvml import stub_pynvml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils import nvml_probe as nvml_probe_module
-from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts import nvml_probe as nvml_probe_module
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import (
     NvmlProbeError,
     format_compute_capability,
     format_cuda_version,
@@ -328,7 +328,7 @@ def test_cuda_total_of_the_lab_cards(nvml, monkeypatch):
 
 
 def test_read_cgroup_reads_a_bounded_membership_and_none_when_absent(tmp_path):
-    from ansible_collections.kvpin.fleet.plugins.module_utils.nvml_probe import CGROUP_KEEP, read_cgroup
+    from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import CGROUP_KEEP, read_cgroup
     (tmp_path / '77').mkdir()
     (tmp_path / '77' / 'cgroup').write_text('0::/system.slice/gpustack.service\n')
     assert read_cgroup(77, str(tmp_path)) == '0::/system.slice/gpustack.service'

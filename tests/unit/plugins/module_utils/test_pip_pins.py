@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.pip_pins import PipPinError, pip_pins
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.pip_pins import PipPinError, pip_pins
 
 
 def test_exact_pins_and_bare_names_in_order():

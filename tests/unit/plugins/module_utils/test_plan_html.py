@@ -13,8 +13,8 @@ from ansible.errors import AnsibleFilterError
 from plan_report_nodes import FAKE_API_KEY, XSS, fleet
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_html import PlanHtmlError, gpu_bars, render_plan_report
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import RESIDENT_TERMS
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import PlanHtmlError, gpu_bars, render_plan_report
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import RESIDENT_TERMS
 
 HTML_FILTER = FilterModule().filters()['kvpin_plan_report_html']
 

@@ -13,8 +13,8 @@ import zipfile
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import python_library
-from ansible_collections.kvpin.fleet.plugins.module_utils.python_library import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts import python_library
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.python_library import (
     PythonLibraryError,
     find_unpacked,
     parse_wheel,

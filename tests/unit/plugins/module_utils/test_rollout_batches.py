@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_batches import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.batches import (
     MAX_BATCHES, RolloutBatchError, rollout_batches)
 
 

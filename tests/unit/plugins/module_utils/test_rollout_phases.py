@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.rollout_phases import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.phases import (
     MAX_TAGS,
     PHASES,
     RolloutPhaseError,

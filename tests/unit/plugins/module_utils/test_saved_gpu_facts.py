@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import saved_gpu_facts as saved
-from ansible_collections.kvpin.fleet.plugins.module_utils.saved_gpu_facts import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts import saved_gpu_facts as saved
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.saved_gpu_facts import (
     SavedGpuFactsError,
     read_saved_gpu_facts,
 )

@@ -4,9 +4,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan
 from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, Plan, PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import GpuMemory, Plan, PlanInputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 A6000 = {'index': 0, 'uuid': 'GPU-1', 'name': 'NVIDIA RTX A6000', 'memory_total': 51527024640,

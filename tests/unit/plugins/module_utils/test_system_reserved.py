@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.system_reserved import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.system_reserved import (
     SystemReservedError,
     ceil_gib,
     plans_vram_reserved_bytes,

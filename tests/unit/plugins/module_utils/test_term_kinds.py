@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""GpuMemory.term_kinds (plugins/module_utils/term_kinds.py): every term of every plan says
+"""GpuMemory.term_kinds (plugins/module_utils/plan/term_kinds.py): every term of every plan says
 whether it is shapes, engine source, measured, fitted, policy or derived, and the terms the
 Fitted constants feed say 'fitted'. The plans are those of serving_plan's RETURN doc test
 (both backends, vLLM eras, TP 1-4, pipeline parallelism, offload)."""
@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import serving_plan_result
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import serving_plan_result
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -5,9 +5,9 @@ The planners are the real ones (vllm_memory, llamacpp_memory) on catalog models:
 the logic under test is replaced."""
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import traffic_classes as tc
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import traffic_classes as tc
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, build_plan, plan_report, serving_plan_result)
 
 A6000 = {'name': 'NVIDIA RTX A6000', 'memory_total': 51527024640, 'memory_used': 0,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 QWEN25_7B_LOGITS = 256 * 152064          # R = min(256 seqs, 2048 tokens) rows x vocab = 38,928,384
 

@@ -10,13 +10,13 @@ import dataclasses
 
 import pytest
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import attention_kinds as ak
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import attention_kinds as ak
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, ModelSpec)
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 A6000_TOTAL = 51527024640          # NVML memory_total of an RTX A6000 (49140 MiB)
 RTX4090_TOTAL = 25757220864        # NVML memory_total of an RTX 4090 (24564 MiB)
@@ -473,7 +473,7 @@ def test_bad_traffic_refused(traffic, field):
 def test_mxfp4_experts_are_padded_to_256_wide_as_vllm_loads_them():
     """gpt-oss stores 2880-wide experts; vLLM pads them to 3072. With the padding the
     planned weights match both logged loads (13.47 / 64.38 GiB on H100) within 0.5 %."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
     for name, logged_gib in (('openai/gpt-oss-20b', 13.47), ('openai/gpt-oss-120b', 64.38)):
         spec = resolve_model(name)
         weights, terms, explain = vm.weights_per_gpu(spec, 1)

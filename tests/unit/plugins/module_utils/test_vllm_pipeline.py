@@ -13,14 +13,14 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline as vp
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline as vp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     LAYER_FULL, LAYER_SLIDING, ModelSpec)
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result)
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
 
 A6000 = ('NVIDIA RTX A6000', 51527024640)

@@ -12,14 +12,14 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvpin.fleet.plugins.filter.kvpin import FilterModule
-from ansible_collections.kvpin.fleet.plugins.module_utils.node_state import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     compare,
     observe,
     parse_checks,
     summarize,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.watchdog_targets import watchdog_targets
+from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.watchdog_targets import watchdog_targets
 
 DERIVE = FilterModule().filters()['kvpin_watchdog_targets']
 DEPLOYMENTS = [

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result)
 
 CARDS = {

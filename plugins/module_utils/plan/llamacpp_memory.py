@@ -27,17 +27,17 @@ import math
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
-from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
-from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, Plan, PlanInputError, Traffic)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
-from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import (
     BYTES, Fitted, describe_together, source_rows_of)
 
 

@@ -33,7 +33,7 @@ Pure functions; ``plan_fn(gpus, tp)`` is the engine planner for one candidate.
 
 from __future__ import annotations
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 
 # vLLM tensor-parallel sizes tried with TP unset (the same sizes vllm_memory.TP_CANDIDATES tries).
 TP_SIZES = (1, 2, 4, 8)

@@ -23,15 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import (
     LAYER_CROSS, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, KvPool, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
-from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import BYTES, Fitted, source_rows_of
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import BYTES, Fitted, source_rows_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
 
 # ----------------------------------------------------------------------------------------
 # Fitted and policy constants. "llm-d H100" = the H100 80GB rows of
@@ -153,7 +153,7 @@ SAFETY_MARGIN_MIN_BYTES = 512 * MiB
 # the KV budget the warm profile leaves, so the plan describes the cold start, the smaller one.
 COLD_COMPILE_KV_FRACTION_X1000 = 50
 
-# Each fitted constant above as one Fitted (plugins/module_utils/fitted.py): its value, what
+# Each fitted constant above as one Fitted (plugins/module_utils/plan/fitted.py): its value, what
 # it was fitted on and its source rows; the explanations print describe(), never the number.
 CUDA_CONTEXT = Fitted(
     'vllm_memory.CUDA_CONTEXT_BYTES', CUDA_CONTEXT_BYTES, BYTES,
@@ -1501,7 +1501,7 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
 
     ``knobs`` holds the user-set engine options by serving_plan option name (KNOWN_KNOBS); a knob
     left out (or None) is derived, and every value in the plan says why in ``reasons``."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_pipeline
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline
     if vllm_pipeline.pipeline_requested(knobs):
         # --pipeline-parallel-size / VLLM_PP_LAYER_PARTITION: the stages are planned there
         return vllm_pipeline.plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version)

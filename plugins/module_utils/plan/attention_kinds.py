@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_profile import CROSS_ATTENTION_SINCE, MLA_BLOCK_SIZE
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_profile import CROSS_ATTENTION_SINCE, MLA_BLOCK_SIZE
 
 LAYER_FULL = 'full'          # ordinary (GQA/MHA) attention over the whole context
 LAYER_SLIDING = 'sliding'    # sliding-window attention (window = ModelSpec.sliding_window)

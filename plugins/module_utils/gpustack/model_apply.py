@@ -13,10 +13,10 @@ failure (``failed``, ``msg`` and the fields that name what failed), the API key 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_client import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import (
     ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     RecordInputError, ServerRecordError, desired_model_fields, misplaced_instances, model_create_body,
     model_update_body, plan_model_change,
 )

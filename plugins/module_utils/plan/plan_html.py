@@ -36,8 +36,8 @@ from __future__ import annotations
 import json
 from html import escape
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, RESIDENT_TERMS
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes
 
 # Segment terms in drawing order, their colour and what the legend says of them.

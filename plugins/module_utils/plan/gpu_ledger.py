@@ -56,12 +56,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack_records import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records import (
     RecordInputError,
     gpu_vram_bookings,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, RESIDENT_TERMS
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 # The cgroup-path marker of GPUStack's own processes (GPUStack 0.7.x runs its engines as

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 # Layer kinds, one per decoder layer, in ``ModelSpec.layer_kinds``: defined (and costed) in
 # attention_kinds, re-exported here for the loaders and planners that build specs.
-from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import (  # pylint: disable=unused-import
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import (  # pylint: disable=unused-import
     LAYER_CROSS, LAYER_FULL, LAYER_KINDS, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, kind_of)
 
 

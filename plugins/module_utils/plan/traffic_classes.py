@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import serving_plan as sp
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan as sp
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 CLASS_KEYS = ('name', 'prompt_tokens_p99', 'max_output_tokens', 'max_concurrency', 'hours')
@@ -264,7 +264,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
     extra_reasons = {'traffic': traffic_text}
     warnings, not_fitting = [], []
     if backend == sp.BACKEND_VLLM and params.get('max_model_len') is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import derive_max_model_len
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import derive_max_model_len
         need = Traffic(longest.prompt_tokens_p99, longest.max_output_tokens, 1)
         max_model_len, reason, len_warnings, beyond = derive_max_model_len(spec, need, {})
         knobs['max_model_len'] = max_model_len
@@ -445,7 +445,7 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
                                       'or .gguf path)')
     sp.check_gpus(params.get('gpus'))
     if resolve_model is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
     spec = resolve_model(params['model'])
     windows = time_windows(classes)
     single, single_plan = plan_profile('single', params, spec, classes, windows, planners)

@@ -40,11 +40,11 @@ import dataclasses
 import math
 import re
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.attention_kinds import kind_of, vllm_forced_block_size
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import GpuMemory, KvPool, Plan, PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_memory as vm
-from ansible_collections.kvpin.fleet.plugins.module_utils import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils import term_kinds as tk
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of, vllm_forced_block_size
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import GpuMemory, KvPool, Plan, PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
 
 PP_KNOBS = ('pipeline_parallel_size', 'pp_layer_partition')
 # Knobs a PP plan does not model (the pinned KV size is per worker and the stages differ).
@@ -731,8 +731,8 @@ def comparison_quantization(spec):
 def offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, usable):
     """llama-box's layer-offload plan of the same model on the same GPUs, side by side with the
     PP plan: layers, weights, KV bytes per GPU and KV tokens of each."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_memory as lm
-    from ansible_collections.kvpin.fleet.plugins.module_utils import llamacpp_profile as lprof
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile as lprof
     gpus = [gpu for stage in setup.stages for gpu in stage]
     version = 'v%s' % prof.version_tuple_text(lprof.LLAMA_BOX_KNOWN_NEWEST)
     quantization, why = comparison_quantization(spec)

@@ -62,7 +62,7 @@ class GpuMemory:
     terms: Dict[str, int] = field(default_factory=dict)        # finer terms (named, bytes)
     explain: Dict[str, str] = field(default_factory=dict)      # term -> how it was computed
     # term -> what kind of figure it is: shapes, engine, measured, fitted, shapes+fitted,
-    # policy or derived (plugins/module_utils/term_kinds.py)
+    # policy or derived (plugins/module_utils/plan/term_kinds.py)
     term_kinds: Dict[str, str] = field(default_factory=dict)
 
 

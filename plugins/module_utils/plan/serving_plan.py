@@ -16,9 +16,9 @@ import math
 import os
 import re
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.gpu_choice import choose_gpus, describe_kinds, kinds
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import GGUF_SUFFIX
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError, Traffic, check_plan
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_choice import choose_gpus, describe_kinds, kinds
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import GGUF_SUFFIX
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic, check_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 BACKEND_VLLM = 'vllm'
@@ -296,7 +296,7 @@ def build_plan(params, resolve_model=None, planners=None):
         raise PlanInputError('model', 'is required (catalog name, HF config dict, model directory '
                                       'or .gguf path)')
     if resolve_model is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.model_loaders import resolve_model
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
     spec = resolve_model(params['model'])
     pin = params.get('gpu_indexes')
     if pin is not None:
@@ -304,12 +304,12 @@ def build_plan(params, resolve_model=None, planners=None):
         gpus = [gpu for gpu in gpus if gpu['index'] in pin]
     if backend == BACKEND_VLLM:
         if planners is None:
-            from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_memory import plan_vllm
+            from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
         else:
             plan_vllm = planners[BACKEND_VLLM]
         tp = pinned_tp(knobs)
         # pipeline parallelism plans its stages on every GPU given (stages may differ in kind)
-        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_pipeline import pipeline_requested
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_pipeline import pipeline_requested
         pipeline = pipeline_requested(knobs)
         if pin is not None and len(kinds(gpus)) > 1 and not pipeline:
             raise PlanInputError('gpu_indexes', 'pins %s to GPUs of different kinds: %s; vLLM tensor '
@@ -325,7 +325,7 @@ def build_plan(params, resolve_model=None, planners=None):
                 return with_gpu_choice(plan, choice, tp)
         return pinned(check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version))), pin)
     if planners is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.llamacpp_memory import plan_llamacpp
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.llamacpp_memory import plan_llamacpp
     else:
         plan_llamacpp = planners[backend]
     return pinned(check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))), pin)
@@ -379,7 +379,7 @@ def plan_report(plan, name=None):
     lines = [title, 'args: %s' % ' '.join(plan.args)]
     lines.extend(memory_table(plan))
     if getattr(plan, 'pipeline', None):
-        from ansible_collections.kvpin.fleet.plugins.module_utils.vllm_pipeline import report_lines
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_pipeline import report_lines
         lines.extend(report_lines(plan.pipeline))
     lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
@@ -422,7 +422,7 @@ def serving_plan_result(params):
     return this, so a plan reads the same wherever it was computed. Several traffic classes
     are planned by ``traffic_classes`` (strategy and profiles added to ``plan``)."""
     if params.get('traffic_classes') is not None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.traffic_classes import traffic_classes_result
+        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.traffic_classes import traffic_classes_result
         return traffic_classes_result(params)
     try:
         plan = build_plan(params)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
 
 SOURCE_RESERVED = 'nvml_v2_reserved'

@@ -4,12 +4,12 @@
 """What kind of figure each memory term of a plan is (GpuMemory.term_kinds): computed from
 tensor shapes, copied from the engine's source, read off the device, a fitted guess, a
 policy margin, or arithmetic on the others. The plan says so per term, so that a reader
-knows which numbers are physics and which are fitted (plugins/module_utils/fitted.py) or
+knows which numbers are physics and which are fitted (plugins/module_utils/plan/fitted.py) or
 chosen."""
 
 from __future__ import annotations
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total as ct
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
 
 SHAPES = 'shapes'              # tensor shapes x dtype bytes, as the engine allocates them
 ENGINE = 'engine'              # a constant or rule copied from the engine's source

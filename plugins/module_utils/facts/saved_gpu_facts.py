@@ -19,8 +19,8 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.serving_plan import MAX_GPUS, check_gpus
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import MAX_GPUS, check_gpus
 
 # A node's facts with 16 GPUs, their processes and the topology are a few tens of KiB; a file
 # beyond this is not gpu_facts output.

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
-from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import Fitted, source_rows_of
 
 # Supported: every release from the oldest one a GPUStack release pinned (gpustack 0.3.0:
 # vllm = "^0.6.1") on; docs/vllm-versions.md lists what each GPUStack release pinned or shipped.

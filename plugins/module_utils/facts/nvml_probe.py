@@ -44,7 +44,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from ansible_collections.kvpin.fleet.plugins.module_utils import cuda_total
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
 
 # NVML return codes (nvml.h nvmlReturn_t).
 NVML_ERROR_INVALID_ARGUMENT = 2

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import ModelSpecError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError
 
 # gguf is optional, and imported on first use (require_gguf): it pulls numpy in (~150 ms), which
 # every Ansible worker process that loads the planner or a filter would pay for, GGUF or not.

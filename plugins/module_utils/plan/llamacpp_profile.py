@@ -41,8 +41,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.fitted import Fitted, source_rows_of
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import Fitted, source_rows_of
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 
 ENGINE_LLAMA_BOX = 'llama-box'
 ENGINE_LLAMA_CPP = 'llama.cpp'

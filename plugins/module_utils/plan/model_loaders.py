@@ -19,11 +19,11 @@ import struct
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_spec import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
     GEOMETRY_LIMITS, GGUFLayout, LAYER_CROSS, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
     MAX_WEIGHT_BYTES, ModelSpec, ModelSpecError, check_int_range, check_spec)
-from ansible_collections.kvpin.fleet.plugins.module_utils import gguf_reader
-from ansible_collections.kvpin.fleet.plugins.module_utils.model_catalog import (
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import (
     CATALOG, ALIASES)
 
 # Tensor roles. Quantization schemes decide per role how a tensor is stored.
