@@ -61,6 +61,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import plan_vllm_engine
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import (
     kv_bytes_per_token, plan_vllm)
@@ -226,7 +227,7 @@ def plan_entry(entry, old=False):
         knobs['vllm_sampler'] = entry['vllm_sampler']
     traffic = Traffic(prompt_tokens_p99=entry['max_model_len'] // 2,
                       max_output_tokens=entry['max_model_len'] // 2, max_concurrency=1)
-    plan = plan_vllm(spec, gpus, traffic, knobs, version_text)
+    plan = plan_vllm_engine(spec, gpus, traffic, knobs, version_text)
     naive_kv = int(plan.memory[0].total * util) - spec.weight_bytes // tp
     naive_fits = naive_kv >= entry['max_model_len'] * kv_bytes_per_token(spec, tp, spec.dtype_bytes)
     return spec, plan, util, util_source, version_text, naive_kv, naive_fits, gpus

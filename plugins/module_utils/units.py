@@ -21,3 +21,14 @@ def fmt_bytes(n):
         if n >= size:
             return '%s%.2f %s' % (sign, n / size, unit)
     return '%s%d B' % (sign, n)
+
+
+def fmt_gib(n):
+    """A size always in GiB with two decimals (table cells), e.g. ``fmt_gib(512 * MiB) == '0.50 GiB'``."""
+    return '%.2f GiB' % (n / GiB)
+
+
+def ceil_div(numerator, denominator):
+    """Ceiling division of ints (vLLM's cdiv): the count of ``denominator``-sized pieces that
+    hold ``numerator``."""
+    return -(-numerator // denominator)

@@ -14,13 +14,10 @@ Accepted file contents (JSON):
 The read is bounded (MAX_BYTES) and every GPU the planners read goes through the planners' own
 check (serving_plan.check_gpus: types and ranges, naming ``gpus[i].key``)."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import json
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import MAX_GPUS, check_gpus
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import MAX_GPUS, PlanInputError, check_gpus
 
 # A node's facts with 16 GPUs, their processes and the topology are a few tens of KiB; a file
 # beyond this is not gpu_facts output.

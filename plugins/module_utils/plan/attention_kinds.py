@@ -23,17 +23,13 @@ from dataclasses import dataclass
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_profile import CROSS_ATTENTION_SINCE, MLA_BLOCK_SIZE
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import ceil_div
 
 LAYER_FULL = 'full'          # ordinary (GQA/MHA) attention over the whole context
 LAYER_SLIDING = 'sliding'    # sliding-window attention (window = ModelSpec.sliding_window)
 LAYER_MLA = 'mla'            # multi-head latent attention (DeepSeek V2/V3/R1)
 LAYER_NO_KV = 'none'         # no KV cache (e.g. linear attention / state-space layers)
 LAYER_CROSS = 'cross'        # decoder cross-attention over the encoder output (Whisper)
-
-
-def cdiv(numerator, denominator):
-    """Ceiling division of ints (vLLM's cdiv)."""
-    return -(-numerator // denominator)
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ class FullAttention:
     def vllm_blocks_per_request(self, tokens, block_size, sliding_window, max_num_batched_tokens, max_encoder_len=0):
         """Blocks one request of ``tokens`` tokens holds in one group of these layers."""
         del sliding_window, max_num_batched_tokens, max_encoder_len
-        return cdiv(tokens, block_size)
+        return ceil_div(tokens, block_size)
 
     def vllm_group_rule(self, spec, group_size, block_size):
         """How one KV group of only these layers grows with a request, for the plan's rules."""
@@ -99,7 +95,7 @@ class SlidingWindowAttention(FullAttention):
         del max_encoder_len
         # kv_cache_interface SlidingWindowSpec.max_memory_usage_bytes: one block more than the window needs
         held = min(sliding_window - 1 + max_num_batched_tokens, tokens)
-        return cdiv(held, block_size) + 1
+        return ceil_div(held, block_size) + 1
 
     def vllm_group_rule(self, spec, group_size, block_size):
         del block_size
@@ -193,12 +189,12 @@ class CrossAttention(FullAttention):
         if max_encoder_len < 1:
             raise PlanInputError('model', 'cross-attention layers need max_encoder_len >= 1, got %r'
                                  % (max_encoder_len,))
-        return cdiv(max_encoder_len, block_size)
+        return ceil_div(max_encoder_len, block_size)
 
     def vllm_group_rule(self, spec, group_size, block_size):
         return ('one KV group of %d cross-attention layers: a request holds ceil(max_encoder_len %d / %d) '
                 '= %d blocks from its start, whatever its decoder length' % (
-                    group_size, spec.max_encoder_len, block_size, cdiv(spec.max_encoder_len, block_size)))
+                    group_size, spec.max_encoder_len, block_size, ceil_div(spec.max_encoder_len, block_size)))
 
 
 ATTENTION_KINDS = {kind.name: kind for kind in (FullAttention(), SlidingWindowAttention(), LatentAttention(),

@@ -34,6 +34,7 @@ Pure functions; ``plan_fn(gpus, tp)`` is the engine planner for one candidate.
 from __future__ import annotations
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import ceil_div
 
 # vLLM tensor-parallel sizes tried with TP unset (the same sizes vllm_memory.TP_CANDIDATES tries).
 TP_SIZES = (1, 2, 4, 8)
@@ -71,10 +72,6 @@ def candidate_groups(gpus, tp):
     return groups
 
 
-def _ceil_div(numerator, denominator):
-    return -(-numerator // denominator)
-
-
 def kv_figures(plan, traffic):
     """(KV pool bytes, KV pool tokens, KV headroom bytes or None) of a plan: the headroom is the
     pool less what ``traffic`` needs, None when the pool holds no token (no bytes per token)."""
@@ -87,7 +84,7 @@ def kv_figures(plan, traffic):
     if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0:
         per_sequence = min(per_sequence, max_len)
     needed = traffic.max_concurrency * per_sequence
-    return pool, tokens, pool - _ceil_div(needed * pool, tokens)
+    return pool, tokens, pool - ceil_div(needed * pool, tokens)
 
 
 def _verdict(plan):

@@ -62,7 +62,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records impor
     gpu_vram_bookings,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import fmt_gib
 
 # The cgroup-path marker of GPUStack's own processes (GPUStack 0.7.x runs its engines as
 # children of gpustack.service; the gpustack_worker role's units are gpustack*.service).
@@ -305,10 +305,6 @@ def deployment_entries(name, plan, where):
 
 # ---------------------------------------------------------------- the ledger
 
-def gib(n_bytes):
-    return '%.2f GiB' % (n_bytes / GiB)
-
-
 def gpu_ledger(gpus, deployments, system_reserved_bytes=0, gpustack_cgroup_markers=None):
     """The node's :class:`Ledger`.
 
@@ -386,14 +382,14 @@ def overcommit_messages(row):
                 'pid %d %d B' % (p['pid'], p['used_memory']) for p in row.processes)))
         messages.append('GPU %d (%s): memory overcommitted by %d B (%s): %s = %d B, more than the '
                         'card\'s CUDA-visible %d B (%s); deployments on it: %s' % (
-                            row.index, row.name, -row.memory_free, gib(-row.memory_free),
+                            row.index, row.name, -row.memory_free, fmt_gib(-row.memory_free),
                             ' + '.join(parts), row.memory_charged, row.card, row.card_source, names))
     if row.booking_free < 0:
         parts = ['%s %d B' % (e.deployment, e.booked) for e in row.entries]
         messages.append('GPU %d (%s): GPUStack booking overcommitted by %d B (%s): VRAM claims %s + '
                         'system_reserved %d B = %d B, more than the NVML total %d B GPUStack books '
                         'from; deployments on it: %s' % (
-                            row.index, row.name, -row.booking_free, gib(-row.booking_free),
+                            row.index, row.name, -row.booking_free, fmt_gib(-row.booking_free),
                             ' + '.join(parts), row.system_reserved, row.booking_charged,
                             row.card_nvml, names))
     return messages
@@ -405,13 +401,13 @@ def ledger_report(ledger):
     for row in ledger.gpus:
         lines.append('GPU %d %s: memory %s of %s (%s), %s %s; GPUStack booking %s of %s '
                      '(claims %s + system_reserved %s), %s %s' % (
-                         row.index, row.name, gib(row.memory_charged), gib(row.card),
-                         ', '.join(['%s %s' % (e.deployment, gib(e.held + e.outside)) for e in row.entries]
-                                   + ['outside GPUStack %s' % gib(row.outside_processes)]),
-                         'free' if row.memory_free >= 0 else 'OVERCOMMITTED by', gib(abs(row.memory_free)),
-                         gib(row.booking_charged), gib(row.card_nvml),
-                         gib(row.booking_charged - row.system_reserved), gib(row.system_reserved),
-                         'free' if row.booking_free >= 0 else 'OVERCOMMITTED by', gib(abs(row.booking_free))))
+                         row.index, row.name, fmt_gib(row.memory_charged), fmt_gib(row.card),
+                         ', '.join(['%s %s' % (e.deployment, fmt_gib(e.held + e.outside)) for e in row.entries]
+                                   + ['outside GPUStack %s' % fmt_gib(row.outside_processes)]),
+                         'free' if row.memory_free >= 0 else 'OVERCOMMITTED by', fmt_gib(abs(row.memory_free)),
+                         fmt_gib(row.booking_charged), fmt_gib(row.card_nvml),
+                         fmt_gib(row.booking_charged - row.system_reserved), fmt_gib(row.system_reserved),
+                         'free' if row.booking_free >= 0 else 'OVERCOMMITTED by', fmt_gib(abs(row.booking_free))))
     lines.extend('claim %s: %d B' % (name, claim) for name, claim in sorted(ledger.claims.items()))
     lines.extend('warning: %s' % warning for warning in ledger.warnings)
     return lines

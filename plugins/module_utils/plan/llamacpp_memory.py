@@ -13,8 +13,9 @@ Per GPU, in bytes (every term named in ``GpuMemory.terms``):
 * CUDA pool growth: NOT printed at load; it appears with the first long prompt
   (ggml-org/llama.cpp#4712, ollama/ollama#5913): the F16 copy of the attention
   probabilities for the batched cuBLAS KQV product without flash attention, the q8_1
-  copy of the activations for MMQ, and on GPUs without int8 tensor cores the F16
-  dequantization of the largest weight matrix (``pool_growth_terms``);
+  copy of the activations for MMQ, and, for weights MMQ does not serve (GPUs without int8
+  tensor cores, or a type without an MMQ kernel such as IQ1_M: ``dequant_reason``), the F16
+  dequantization of the largest such weight matrix (``pool_growth_terms``);
 * CUDA context / driver: ``CUDA_CONTEXT_BYTES``.
 
 The plan keeps ``total - reserve`` (``DEFAULT_VRAM_RESERVE_BYTES``) as its budget.
@@ -36,7 +37,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds i
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, Plan, PlanInputError, Traffic)
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, ceil_div, fmt_bytes
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import (
     BYTES, Fitted, describe_together, source_rows_of)
 
@@ -72,9 +73,21 @@ COMPUTE_BUFFER_SOURCE_ROWS = ('llamacpp-8035-70b-4060ti-3060', 'llamacpp-17715-g
                               'llamacpp-17715-gpt-oss-20b-fa0')
 
 # GGML types that ggml-cuda multiplies with MMQ (quantized kernels, no F16 dequant) on GPUs
-# with int8 tensor cores, compute capability >= 7.5 (ggml_cuda_should_use_mmq, mmq.cu:
-# "if (turing_mma_available(cc)) return true"). Elsewhere cuBLAS runs on an F16 copy of
-# the weight taken from the pool (ggml-cuda.cu src0_as_f16).
+# with int8 tensor cores, compute capability >= 7.5. Read in ggml-org/llama.cpp:
+# * ggml/src/ggml-cuda/mmq.cu (commit 027ef8769913), ggml_cuda_should_use_mmq: a switch on the
+#   weight type sets mmq_supported for exactly these types (and Q1_0, NVFP4, newer than the
+#   builds planned here: left out, which charges them the F16 copy, the larger side); any
+#   other type (IQ1_M, TQ1_0, TQ2_0, ...) returns false before the compute capability is
+#   looked at; a supported type returns true when turing_mma_available(cc).
+# * ggml/src/ggml-cuda/ggml-cuda.cu (commit 00108827d879), ggml_cuda_mul_mat: MMVF/MMF (float
+#   weights only), then MMVQ while ne11 (the batch) <= MMVQ_MAX_BATCH_SIZE, then MMQ when
+#   ggml_cuda_should_use_mmq, else ggml_cuda_mul_mat_cublas: a quantized weight gets compute
+#   type F16 and ggml_cuda_mul_mat_cublas_impl converts it to a pool buffer of
+#   ggml_nelements(src0) halves (src0_alloc). So a batch above the MMVQ limit dequantizes a
+#   weight without an MMQ kernel on every GPU. Below cc 7.5 the planner charges the copy for
+#   every quantized weight, the larger side: there ggml_cuda_should_use_mmq still picks MMQ on
+#   NVIDIA GPUs without FP16 tensor cores (Pascal) or for ne11 < MMQ_DP4A_MAX_BATCH_SIZE.
+# Which type a file's weights have: main_weight_type (llama-quant.cpp).
 MMQ_TYPES = frozenset(('Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'MXFP4', 'Q2_K', 'Q3_K',
                        'Q4_K', 'Q5_K', 'Q6_K', 'IQ2_XXS', 'IQ2_XS', 'IQ2_S', 'IQ3_XXS',
                        'IQ3_S', 'IQ1_S', 'IQ4_XS', 'IQ4_NL'))
@@ -132,7 +145,7 @@ def ggml_type_size(type_name):
 def type_bytes(type_name, n_elements):
     """Stored bytes of ``n_elements`` values of GGML type ``type_name`` (whole blocks)."""
     block, size = ggml_type_size(type_name)
-    return -(-int(n_elements) // block) * size
+    return ceil_div(int(n_elements), block) * size
 
 
 # ---------------------------------------------------------------- GGUF layout of a catalog model
@@ -149,6 +162,65 @@ _IQ_LOW = frozenset(('IQ2_XXS', 'IQ2_XS', 'IQ3_XXS', 'IQ1_S', 'IQ2_S', 'IQ2_M', 
 _FALLBACK = {'IQ2_XXS': 'IQ4_NL', 'IQ2_XS': 'IQ4_NL', 'IQ2_S': 'IQ4_NL', 'IQ3_XXS': 'IQ4_NL',
              'IQ3_S': 'IQ4_NL', 'IQ1_S': 'IQ4_NL', 'IQ1_M': 'IQ4_NL', 'IQ4_XS': 'IQ4_NL',
              'Q2_K': 'Q4_0', 'Q3_K': 'Q4_0', 'Q4_K': 'Q5_0', 'Q5_K': 'Q5_1', 'Q6_K': 'Q8_0'}
+# The base type of the file types whose per-tensor mix derive_gguf_layout does not model (a
+# GGUF file of such a type can still be planned): with FTYPE_BASE_TYPE, the whole of
+# llama_ftype_get_default_type (src/llama-quant.cpp, commit 007dbbf3fd17). Note IQ2_S -> IQ2_XS,
+# IQ2_M -> IQ2_S, IQ3_XS and IQ3_M -> IQ3_S.
+_FILE_ONLY_BASE_TYPE = {
+    'Q2_K': 'Q2_K', 'Q2_K_S': 'Q2_K', 'Q3_K_S': 'Q3_K', 'Q3_K_M': 'Q3_K', 'Q3_K_L': 'Q3_K',
+    'IQ2_XS': 'IQ2_XS', 'IQ2_S': 'IQ2_XS', 'IQ2_M': 'IQ2_S', 'IQ3_XXS': 'IQ3_XXS',
+    'IQ3_XS': 'IQ3_S', 'IQ3_S': 'IQ3_S', 'IQ3_M': 'IQ3_S', 'IQ1_S': 'IQ1_S', 'IQ1_M': 'IQ1_M',
+    'IQ4_NL': 'IQ4_NL', 'TQ1_0': 'TQ1_0', 'TQ2_0': 'TQ2_0', 'NVFP4': 'NVFP4', 'Q1_0': 'Q1_0',
+    'Q2_0': 'Q2_0',
+}
+
+
+def _ftype_name(file_type):
+    """'MOSTLY_Q4_K_M' / 'q4_k_m' -> 'Q4_K_M'; 'ALL_F32' -> 'F32' (as normalize_ftype, no error)."""
+    name = str(file_type or '').strip().upper()
+    if name.startswith('MOSTLY_'):
+        name = name[len('MOSTLY_'):]
+    return 'F32' if name == 'ALL_F32' else name
+
+
+def main_weight_type(file_type):
+    """GGML type of the main weights (the large block matrices) of GGUF file type ``file_type``
+    ('MOSTLY_IQ3_M' -> 'IQ3_S', 'MOSTLY_IQ1_M' -> 'IQ1_M'); None when the file type is not
+    known (None, 'GUESSED', 'file_type_99')."""
+    name = _ftype_name(file_type)
+    return FTYPE_BASE_TYPE.get(name) or _FILE_ONLY_BASE_TYPE.get(name)
+
+
+def output_weight_type(file_type):
+    """GGML type of output.weight (or the tied token_embd) in a ``file_type`` file: the output
+    branch of llama_tensor_get_type_impl without --output-tensor-type (as in tensor_type):
+    Q8_0 for MXFP4_MOE and Q8_0, Q5_K for the _IQ_LOW mixes, else Q6_K; all have an MMQ kernel.
+    Unquantized and unknown file types: main_weight_type."""
+    main = main_weight_type(file_type)
+    if main is None or main in UNQUANTIZED_TYPES:
+        return main
+    name = _ftype_name(file_type)
+    if name in ('MXFP4_MOE', 'Q8_0'):
+        return 'Q8_0'
+    return 'Q5_K' if name in _IQ_LOW else 'Q6_K'
+
+
+def dequant_reason(weight_type, cc):
+    """Why ggml-cuda multiplies a weight of GGML type ``weight_type`` (None: not known) with
+    cuBLAS on an F16 copy from the pool on a GPU of compute capability ``cc`` ((major, minor) or
+    None) for a batch above the MMVQ limit; None when it does not (MMQ serves it, or the weight
+    is F32/F16/BF16, which cuBLAS reads as stored). See MMQ_TYPES for the source."""
+    if weight_type in UNQUANTIZED_TYPES:
+        return None
+    if weight_type is None:
+        return 'file type not known, taken as without an MMQ kernel'
+    if weight_type not in MMQ_TYPES:
+        return '%s has no MMQ kernel in ggml-cuda' % weight_type
+    if cc is None:
+        return 'compute capability not known'
+    if cc < MMQ_MIN_COMPUTE_CAPABILITY:
+        return 'below %d.%d: no int8 tensor cores' % MMQ_MIN_COMPUTE_CAPABILITY
+    return None
 
 
 def use_more_bits(i_layer, n_layers):
@@ -343,7 +415,7 @@ def kv_value_bytes(cache_type, n_values):
 
 
 def pad_to(value, multiple):
-    return -(-int(value) // multiple) * multiple
+    return ceil_div(int(value), multiple) * multiple
 
 
 def kv_cells(ctx_size, parallel, padding, unified=False):
@@ -352,7 +424,7 @@ def kv_cells(ctx_size, parallel, padding, unified=False):
     Without a unified cache each of ``parallel`` streams gets pad(ceil(ctx/parallel))."""
     if unified:
         return pad_to(ctx_size, padding)
-    per_stream = pad_to(-(-ctx_size // parallel), padding)
+    per_stream = pad_to(ceil_div(ctx_size, parallel), padding)
     return per_stream * parallel
 
 
@@ -425,7 +497,7 @@ def pool_growth_terms(shape, attention, dequant_elements, k_in):
         terms['kq_f16_copy'] = 2 * shape.n_kv * shape.n_tokens * shape.n_head
     if k_in:
         values, size = Q8_1_BLOCK
-        terms['activations_q8_1'] = -(-k_in * shape.n_tokens // values) * size
+        terms['activations_q8_1'] = ceil_div(k_in * shape.n_tokens, values) * size
     if dequant_elements:
         terms['weight_f16_dequant'] = 2 * dequant_elements + 2 * k_in * shape.n_tokens
     return terms
@@ -452,7 +524,7 @@ class Unit:
     kv_bytes: int
     largest_matrix: int      # elements of its largest weight matrix
     widest_input: int        # longest row among its matrices (activation width)
-    quantized: bool          # quantized weights: MMQ on cc >= 7.5, else F16 dequant in the pool
+    weight_type: Optional[str]  # GGML type of its largest matrix (None: not known); dequant_reason
 
 
 def gpu_units(profile, units_by_layer, output_unit, gpu_layers):
@@ -541,13 +613,16 @@ def _device_memory(ctx, gpu, position, units, host_units):
     # matrices this device multiplies: its own units, plus host units on the first GPU
     computed = list(units) + (list(host_units) if (first and large_batch) else [])
     cc = parse_compute_capability(gpu.get('compute_capability'))
-    mmq = cc is not None and cc >= MMQ_MIN_COMPUTE_CAPABILITY
     dequant = 0
     k_in = 0
+    no_mmq = set()   # why cuBLAS dequantizes some of the weights computed here
     for u in computed:
         k_in = max(k_in, u.widest_input)
-        if u.quantized and not mmq:
+        reason = dequant_reason(u.weight_type, cc)
+        if reason:
             dequant = max(dequant, u.largest_matrix)
+            no_mmq.add(reason)
+    mmq = cc is not None and cc >= MMQ_MIN_COMPUTE_CAPABILITY and not no_mmq
     pterms = pool_growth_terms(shape, attention, dequant, k_in)
     pool = max(pterms.values()) if pterms else 0
     context = CUDA_CONTEXT_BYTES
@@ -573,7 +648,9 @@ def _device_memory(ctx, gpu, position, units, host_units):
                             'OOM after "llama runner started"): %s; MMQ %s on compute '
                             'capability %s' % (', '.join(sorted(pterms)) or 'none',
                                                'used' if mmq else 'not used',
-                                               gpu.get('compute_capability')),
+                                               gpu.get('compute_capability'))
+                            + (' (%s: cuBLAS on an F16 copy of the largest such matrix)'
+                               % '; '.join(sorted(no_mmq)) if no_mmq else ''),
         'cuda_context': CUDA_CONTEXT.describe(),
     }
     return DeviceResult(gpu=gpu, units=list(units), weights=weights, kv=kv, compute=compute,
@@ -738,18 +815,19 @@ def _units_for(spec, layout, dims, cells, cells_swa, ctype_k, ctype_v):
     ff = spec.moe_intermediate_size if spec.num_experts else spec.intermediate_size
     largest = max(n_embd * ff, n_embd * q_out)
     widest = max(ff, q_out, n_embd)
-    unquantized_files = ('MOSTLY_F16', 'MOSTLY_BF16', 'ALL_F32', 'F16', 'BF16', 'F32')
-    quantized = (layout.file_type or '').upper() not in unquantized_files
+    # the block's largest matrix has the file type's main type; the output layer its own
+    main_type = main_weight_type(layout.file_type)
     units = []
     for il in range(spec.num_layers):
         units.append(Unit('blk.%d' % il, il, layout.block_bytes[il],
                           kv_layer_bytes(dims[il], cells, cells_swa, ctype_k, ctype_v),
-                          largest, widest, quantized))
+                          largest, widest, main_type))
     out_bytes = layout.output_bytes
     if layout.output_tied:
         # no output.weight: llama.cpp loads token_embd a second time on the output device
         out_bytes += layout.input_bytes
-    output = Unit('output', None, out_bytes, 0, spec.vocab_size * n_embd, n_embd, quantized)
+    output = Unit('output', None, out_bytes, 0, spec.vocab_size * n_embd, n_embd,
+                  output_weight_type(layout.file_type))
     return units, output
 
 

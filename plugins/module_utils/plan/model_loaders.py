@@ -25,6 +25,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gguf_reader
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import (
     CATALOG, ALIASES)
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import ceil_div
 
 # Tensor roles. Quantization schemes decide per role how a tensor is stored.
 ROLE_EMBED = 'embedding'       # token embeddings
@@ -510,10 +511,6 @@ def _compressed_tensors_scheme(qc, dtype_bytes):
                          'sizing; pass weight_bytes with the model' % (weights,))
 
 
-def _ceil_div(a, b):
-    return -(-a // b)
-
-
 def group_stored_bytes(group, scheme):
     """Bytes one tensor group takes in the checkpoint under ``scheme``."""
     plain = group.elements * scheme.dtype_bytes
@@ -523,7 +520,7 @@ def group_stored_bytes(group, scheme):
     if scheme.name == 'mxfp4':
         if group.role != ROLE_EXPERT:
             return plain
-        blocks = _ceil_div(in_f, scheme.group_size)
+        blocks = ceil_div(in_f, scheme.group_size)
         # per 32 values: 16 B of packed 4-bit values + one E8M0 scale byte
         return count * out_f * blocks * (scheme.group_size // 2 + scheme.scale_bytes)
     if group.role not in (ROLE_LINEAR, ROLE_EXPERT):
@@ -531,14 +528,14 @@ def group_stored_bytes(group, scheme):
     if scheme.name == 'fp8':
         if scheme.fp8_block:
             bo, bi = scheme.fp8_block
-            scales = _ceil_div(out_f, bo) * _ceil_div(in_f, bi)
+            scales = ceil_div(out_f, bo) * ceil_div(in_f, bi)
         elif scheme.group_size == 0:      # per output channel
             scales = out_f
         else:                             # per tensor
             scales = 1
         return count * (out_f * in_f + scales * scheme.scale_bytes)
     # integer weight-only schemes: packed values, scales (and zeros) per group of inputs
-    n_groups = _ceil_div(in_f, scheme.group_size) if scheme.group_size else 1
+    n_groups = ceil_div(in_f, scheme.group_size) if scheme.group_size else 1
     packed = out_f * in_f * scheme.bits // 8
     scales = n_groups * out_f * scheme.scale_bytes
     zeros = n_groups * out_f * scheme.bits // 8 if scheme.zero_points else 0

@@ -38,7 +38,7 @@ from html import escape
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes, fmt_gib
 
 # Segment terms in drawing order, their colour and what the legend says of them.
 TERMS = (
@@ -106,12 +106,8 @@ def _dict(value, where):
     return value
 
 
-def gib(n_bytes):
-    return '%.2f GiB' % (n_bytes / GiB)
-
-
 def _gib_or_unknown(value):
-    return gib(value) if isinstance(value, int) and not isinstance(value, bool) else '?'
+    return fmt_gib(value) if isinstance(value, int) and not isinstance(value, bool) else '?'
 
 
 # ---------------------------------------------------------------- the model of the page
@@ -207,7 +203,7 @@ def _svg_bars(host, bars, bytes_per_px):
              'aria-label="%s GPU memory">' % (width, height, bytes_per_px, _text(host))]
     for row, gpu_bar in enumerate(bars):
         top = row * ROW_PX + 4
-        label = '%d %s, %s' % (gpu_bar['index'], gpu_bar['name'], gib(gpu_bar['card']))
+        label = '%d %s, %s' % (gpu_bar['index'], gpu_bar['name'], fmt_gib(gpu_bar['card']))
         parts.append('<g data-gpu="%s" data-card-bytes="%d" class="%s">' % (
             _text('%s:%d' % (host, gpu_bar['index'])), gpu_bar['card'], 'gpu bad' if gpu_bar['overcommitted'] else 'gpu'))
         parts.append('<text x="0" y="%d" class="label">%s</text>' % (top + BAR_HEIGHT - 3, _text(label[:40])))
@@ -354,7 +350,7 @@ def render_plan_report(nodes, title='kvpin.fleet plan'):
     summary = ('%d nodes, %d GPUs, %d deployments; <span class="%s">%d infeasible</span>, <span class="%s">%d GPUs '
                'overcommitted</span>. One scale for every bar: %s per 100 px.' % (
                    len(drawn), n_gpus, n_plans, 'bad' if n_infeasible else 'fit', n_infeasible,
-                   'bad' if n_bad_gpus else 'fit', n_bad_gpus, gib(bytes_per_px * 100)))
+                   'bad' if n_bad_gpus else 'fit', n_bad_gpus, fmt_gib(bytes_per_px * 100)))
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             '<title>%s</title><style>%s</style></head><body><h1>%s</h1><p>%s</p>%s'

@@ -13,6 +13,7 @@ compute_capability ("8.6").
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional
 
@@ -182,3 +183,110 @@ def check_plan(plan):
     if not plan.memory:
         raise _term_error('plan.memory', None, 'no GPU in the plan')
     return plan
+
+
+# ---------------------------------------------------------------- the request's shared checks
+# serving_plan (one deployment) and traffic_classes (several classes of traffic on one
+# deployment's GPUs) both read their input with these, so they refuse alike.
+BACKEND_VLLM = 'vllm'
+BACKEND_LLAMA_BOX = 'llama-box'
+BACKEND_LLAMA_CPP = 'llama.cpp'
+BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
+
+# Sanity bounds for traffic figures: beyond these a number is a typo, not a workload.
+MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
+MAX_CONCURRENCY = 100000
+GPU_KEYS = ('index', 'name', 'memory_total')
+# Bounds on the GPU list: llama.cpp drives at most 16 devices (GGML_CUDA_MAX_DEVICES in
+# ggml/include/ggml-cuda.h), vLLM's tensor parallelism here at most 8, and no GPU has more
+# memory than the bound (the largest cards hold a few hundred GB); beyond these the facts
+# are wrong, not a machine. They also bound the planners' work.
+MAX_GPUS = 16
+MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
+MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, not bytes
+COMPUTE_CAPABILITY_RE = re.compile(r'^[0-9]{1,2}(\.[0-9]{1,2})?$')   # ASCII digits only
+
+
+def is_int(value):
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_int(field_name, value, upper):
+    """``value`` as a whole number in 1..upper (a numeric string too); PlanInputError naming
+    ``field_name`` otherwise."""
+    if isinstance(value, bool) or value is None:
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
+    if number != value and str(number) != str(value).strip():
+        raise PlanInputError(field_name, 'must be a whole number, got %r' % (value,))
+    if number <= 0:
+        raise PlanInputError(field_name, 'must be > 0, got %d' % number)
+    if number > upper:
+        raise PlanInputError(field_name, 'must be <= %d, got %d (typo?)' % (upper, number))
+    return number
+
+
+def check_gpus(gpus):
+    """The GPU list as gpu_facts returns it; at least one GPU with a memory size."""
+    if not gpus:
+        raise PlanInputError('gpus', 'no GPUs given: the deployment needs at least one GPU '
+                                     '(did gpu_facts report gpus: [] on this node?)')
+    if not isinstance(gpus, (list, tuple)):
+        raise PlanInputError('gpus', 'must be a list of GPU dicts as in kvpin_gpus.gpus, got %s'
+                             % type(gpus).__name__)
+    if len(gpus) > MAX_GPUS:
+        raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
+                                     'GPUs)' % (len(gpus), MAX_GPUS))
+    seen = set()
+    for position, gpu in enumerate(gpus):
+        check_gpu(position, gpu)
+        if gpu['index'] in seen:
+            raise PlanInputError('gpus[%d].index' % position, 'GPU %d is listed twice' % gpu['index'])
+        seen.add(gpu['index'])
+    return list(gpus)
+
+
+def check_gpu(position, gpu):
+    """One entry of ``gpus`` as gpu_facts reports it: every key the planners read has the
+    type and range of a real GPU (PlanInputError naming ``gpus[i].key`` otherwise)."""
+    where = 'gpus[%d]' % position
+    if not isinstance(gpu, dict):
+        raise PlanInputError(where, 'must be a dict, got %s' % type(gpu).__name__)
+    missing = [key for key in GPU_KEYS if key not in gpu]
+    if missing:
+        raise PlanInputError(where, 'missing %s' % ', '.join(missing))
+    index = gpu['index']
+    if not is_int(index) or not 0 <= index < 1 << 16:
+        raise PlanInputError(where + '.index', 'must be a GPU index (integer >= 0), got %r' % (index,))
+    if not isinstance(gpu['name'], str):
+        raise PlanInputError(where + '.name', 'must be a string, got %s' % type(gpu['name']).__name__)
+    total = gpu['memory_total']
+    if not is_int(total) or total <= 0:
+        raise PlanInputError(where + '.memory_total',
+                             'must be a positive number of bytes, got %r' % (total,))
+    if total < MIN_GPU_MEMORY_BYTES:
+        raise PlanInputError(where + '.memory_total', '%d B is less than any GPU that serves a model '
+                             'has (%d B); the value is not in bytes (MiB?)' % (total, MIN_GPU_MEMORY_BYTES))
+    if total > MAX_GPU_MEMORY_BYTES:
+        raise PlanInputError(where + '.memory_total', '%d B is more than any GPU has (limit %d B); '
+                             'the value is not in bytes or not a GPU' % (total, MAX_GPU_MEMORY_BYTES))
+    for key in ('memory_used', 'memory_free'):
+        value = gpu.get(key)
+        if value is not None and (not is_int(value) or not 0 <= value <= total):
+            raise PlanInputError('%s.%s' % (where, key), 'must be bytes between 0 and memory_total '
+                                 '%d, got %r' % (total, value))
+    capability = gpu.get('compute_capability')
+    if capability is not None and not (isinstance(capability, str)
+                                       and COMPUTE_CAPABILITY_RE.match(capability)):
+        raise PlanInputError(where + '.compute_capability', 'must be a string like "8.6", got %r'
+                             % (capability,))
+    for key in ('uuid',):
+        if gpu.get(key) is not None and not isinstance(gpu[key], str):
+            raise PlanInputError('%s.%s' % (where, key), 'must be a string, got %s'
+                                 % type(gpu[key]).__name__)

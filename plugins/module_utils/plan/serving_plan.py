@@ -4,10 +4,12 @@
 """One entry point for planning a deployment: validate the request, resolve the model,
 hand it to the planner of its engine, and render the result for people.
 
-This module owns only input validation and dispatch; the memory arithmetic lives in
-``vllm_memory`` and ``llamacpp_memory`` (one estimator per engine, nothing recomputed
-here). The task interface (argument spec, result dict, where the plan is computed) is
-here too, shared by the ``serving_plan`` module and its action plugin.
+This module owns only input validation and dispatch (the checks ``traffic_classes`` shares
+are in ``plan_types``); the memory arithmetic lives in ``vllm_memory``, ``vllm_pipeline``
+and ``llamacpp_memory`` (one estimator per engine and layout, nothing recomputed here), and
+``build_plan`` is the one place that picks among them. The task interface (argument spec,
+result dict, where the plan is computed) is here too, shared by the ``serving_plan`` module
+and its action plugin; several traffic classes go to ``traffic_classes`` with ``build_plan``.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ import math
 import os
 import re
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import traffic_classes
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_choice import choose_gpus, describe_kinds, kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import GGUF_SUFFIX
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic, check_plan
+# with the request's checks shared with traffic_classes (saved_gpu_facts reads MAX_GPUS and check_gpus from here)
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
+    BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP, BACKEND_VLLM, BACKENDS, MAX_CONCURRENCY, MAX_GPUS, MAX_TOKENS_PER_REQUEST,
+    PlanInputError, Traffic, check_gpus, check_plan, is_int, positive_int)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
-BACKEND_VLLM = 'vllm'
-BACKEND_LLAMA_BOX = 'llama-box'
-BACKEND_LLAMA_CPP = 'llama.cpp'
-BACKENDS = (BACKEND_VLLM, BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP)
 
 # The engine knobs, one row each: (serving_plan option name, the engine it belongs to, its option
 # type in the argument spec). A knob left None is derived by the planner. The module's
@@ -63,18 +69,6 @@ VLLM_KNOBS = tuple(name for name, engine, _spec in ENGINE_KNOBS if engine == ENG
 LLAMA_KNOBS = tuple(name for name, engine, _spec in ENGINE_KNOBS if engine == ENGINE_LLAMA)
 ALL_KNOBS = VLLM_KNOBS + tuple(k for k in LLAMA_KNOBS if k not in VLLM_KNOBS)
 
-# Sanity bounds for traffic figures: beyond these a number is a typo, not a workload.
-MAX_TOKENS_PER_REQUEST = 10 * 1024 * 1024
-MAX_CONCURRENCY = 100000
-GPU_KEYS = ('index', 'name', 'memory_total')
-# Bounds on the GPU list: llama.cpp drives at most 16 devices (GGML_CUDA_MAX_DEVICES in
-# ggml/include/ggml-cuda.h), vLLM's tensor parallelism here at most 8, and no GPU has more
-# memory than the bound (the largest cards hold a few hundred GB); beyond these the facts
-# are wrong, not a machine. They also bound the planners' work.
-MAX_GPUS = 16
-MAX_GPU_MEMORY_BYTES = 1 << 42        # 4 TiB
-MIN_GPU_MEMORY_BYTES = 256 << 20      # below this the figure is in MiB or GiB, not bytes
-COMPUTE_CAPABILITY_RE = re.compile(r'^[0-9]{1,2}(\.[0-9]{1,2})?$')   # ASCII digits only
 # A whole number written as text: ASCII digits only (str.isdigit also accepts "²" or "４",
 # which int() rejects or reads differently) and few enough of them for int() to parse.
 DIGITS_RE = re.compile(r'^\s*[0-9]{1,18}\s*$')
@@ -99,58 +93,16 @@ SERVING_PLAN_ARGUMENT_SPEC = dict(
 )
 
 
-def _positive_int(field_name, value, upper):
-    if isinstance(value, bool) or value is None:
-        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
-    if isinstance(value, float) and not math.isfinite(value):
-        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise PlanInputError(field_name, 'must be a positive integer, got %r' % (value,))
-    if number != value and str(number) != str(value).strip():
-        raise PlanInputError(field_name, 'must be a whole number, got %r' % (value,))
-    if number <= 0:
-        raise PlanInputError(field_name, 'must be > 0, got %d' % number)
-    if number > upper:
-        raise PlanInputError(field_name, 'must be <= %d, got %d (typo?)' % (upper, number))
-    return number
-
-
 def parse_traffic(prompt_tokens_p99, max_output_tokens, max_concurrency):
     """Traffic from the three inventory figures, each checked and named on error."""
     if prompt_tokens_p99 is None and max_output_tokens is None and max_concurrency is None:
         raise PlanInputError('prompt_tokens_p99', 'is required (with max_output_tokens and max_concurrency) '
                                                   'unless traffic_classes is given')
     return Traffic(
-        prompt_tokens_p99=_positive_int('prompt_tokens_p99', prompt_tokens_p99, MAX_TOKENS_PER_REQUEST),
-        max_output_tokens=_positive_int('max_output_tokens', max_output_tokens, MAX_TOKENS_PER_REQUEST),
-        max_concurrency=_positive_int('max_concurrency', max_concurrency, MAX_CONCURRENCY),
+        prompt_tokens_p99=positive_int('prompt_tokens_p99', prompt_tokens_p99, MAX_TOKENS_PER_REQUEST),
+        max_output_tokens=positive_int('max_output_tokens', max_output_tokens, MAX_TOKENS_PER_REQUEST),
+        max_concurrency=positive_int('max_concurrency', max_concurrency, MAX_CONCURRENCY),
     )
-
-
-def check_gpus(gpus):
-    """The GPU list as gpu_facts returns it; at least one GPU with a memory size."""
-    if not gpus:
-        raise PlanInputError('gpus', 'no GPUs given: the deployment needs at least one GPU '
-                                     '(did gpu_facts report gpus: [] on this node?)')
-    if not isinstance(gpus, (list, tuple)):
-        raise PlanInputError('gpus', 'must be a list of GPU dicts as in kvpin_gpus.gpus, got %s'
-                             % type(gpus).__name__)
-    if len(gpus) > MAX_GPUS:
-        raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
-                                     'GPUs)' % (len(gpus), MAX_GPUS))
-    seen = set()
-    for position, gpu in enumerate(gpus):
-        check_gpu(position, gpu)
-        if gpu['index'] in seen:
-            raise PlanInputError('gpus[%d].index' % position, 'GPU %d is listed twice' % gpu['index'])
-        seen.add(gpu['index'])
-    return list(gpus)
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_gpu_indexes(gpu_indexes, gpus):
@@ -162,7 +114,7 @@ def check_gpu_indexes(gpu_indexes, gpus):
         raise PlanInputError('gpu_indexes', '%d indexes given; a node has at most %d GPUs'
                              % (len(gpu_indexes), MAX_GPUS))
     for position, index in enumerate(gpu_indexes):
-        if not _is_int(index) or not 0 <= index < 1 << 16:
+        if not is_int(index) or not 0 <= index < 1 << 16:
             raise PlanInputError('gpu_indexes[%d]' % position, 'must be a GPU index (integer >= 0), got %r'
                                  % (index,))
     if len(set(gpu_indexes)) != len(gpu_indexes):
@@ -185,46 +137,6 @@ def pinned_tp(knobs):
     return number if 1 <= number <= MAX_GPUS else False
 
 
-def check_gpu(position, gpu):
-    """One entry of ``gpus`` as gpu_facts reports it: every key the planners read has the
-    type and range of a real GPU (PlanInputError naming ``gpus[i].key`` otherwise)."""
-    where = 'gpus[%d]' % position
-    if not isinstance(gpu, dict):
-        raise PlanInputError(where, 'must be a dict, got %s' % type(gpu).__name__)
-    missing = [key for key in GPU_KEYS if key not in gpu]
-    if missing:
-        raise PlanInputError(where, 'missing %s' % ', '.join(missing))
-    index = gpu['index']
-    if not _is_int(index) or not 0 <= index < 1 << 16:
-        raise PlanInputError(where + '.index', 'must be a GPU index (integer >= 0), got %r' % (index,))
-    if not isinstance(gpu['name'], str):
-        raise PlanInputError(where + '.name', 'must be a string, got %s' % type(gpu['name']).__name__)
-    total = gpu['memory_total']
-    if not _is_int(total) or total <= 0:
-        raise PlanInputError(where + '.memory_total',
-                             'must be a positive number of bytes, got %r' % (total,))
-    if total < MIN_GPU_MEMORY_BYTES:
-        raise PlanInputError(where + '.memory_total', '%d B is less than any GPU that serves a model '
-                             'has (%d B); the value is not in bytes (MiB?)' % (total, MIN_GPU_MEMORY_BYTES))
-    if total > MAX_GPU_MEMORY_BYTES:
-        raise PlanInputError(where + '.memory_total', '%d B is more than any GPU has (limit %d B); '
-                             'the value is not in bytes or not a GPU' % (total, MAX_GPU_MEMORY_BYTES))
-    for key in ('memory_used', 'memory_free'):
-        value = gpu.get(key)
-        if value is not None and (not _is_int(value) or not 0 <= value <= total):
-            raise PlanInputError('%s.%s' % (where, key), 'must be bytes between 0 and memory_total '
-                                 '%d, got %r' % (total, value))
-    capability = gpu.get('compute_capability')
-    if capability is not None and not (isinstance(capability, str)
-                                       and COMPUTE_CAPABILITY_RE.match(capability)):
-        raise PlanInputError(where + '.compute_capability', 'must be a string like "8.6", got %r'
-                             % (capability,))
-    for key in ('uuid',):
-        if gpu.get(key) is not None and not isinstance(gpu[key], str):
-            raise PlanInputError('%s.%s' % (where, key), 'must be a string, got %s'
-                                 % type(gpu[key]).__name__)
-
-
 def _knob_type_error(name, spec, value):
     kind = spec['type'] if spec['type'] != 'list' else 'list of numbers'
     return PlanInputError(name, 'must be of type %s, got %r (%s)' % (kind, value, type(value).__name__))
@@ -236,9 +148,9 @@ def check_knob_type(name, value):
     be finite; the planner of each engine checks the ranges."""
     spec = KNOB_TYPES[name]
     kind = spec['type']
-    if kind == 'int' and not _is_int(value):
+    if kind == 'int' and not is_int(value):
         raise _knob_type_error(name, spec, value)
-    if kind == 'float' and not ((_is_int(value) or isinstance(value, float)) and math.isfinite(value)):
+    if kind == 'float' and not ((is_int(value) or isinstance(value, float)) and math.isfinite(value)):
         raise _knob_type_error(name, spec, value)
     if kind == 'bool' and not isinstance(value, bool):
         raise _knob_type_error(name, spec, value)
@@ -246,11 +158,11 @@ def check_knob_type(name, value):
         raise _knob_type_error(name, spec, value)
     if kind == 'list':
         if not isinstance(value, (list, tuple)) or not all(
-                (_is_int(v) or isinstance(v, float)) and math.isfinite(v) for v in value):
+                (is_int(v) or isinstance(v, float)) and math.isfinite(v) for v in value):
             raise _knob_type_error(name, spec, value)
     if name == 'pp_layer_partition':
         return value    # a list or "40,24": vllm_pipeline.parse_partition checks every entry
-    if kind == 'raw' and not (_is_int(value) or (isinstance(value, str) and (
+    if kind == 'raw' and not (is_int(value) or (isinstance(value, str) and (
             value.strip() == 'auto' or DIGITS_RE.match(value)))):
         # tensor_parallel_size: an integer or "auto" (a templated "4" arrives as a string)
         raise PlanInputError(name, 'must be an integer or "auto", got %r' % (value,))
@@ -272,11 +184,31 @@ def split_knobs(backend, params):
     return knobs
 
 
+# The planners key of vLLM plans with pipeline parallelism (the other keys are the backends).
+VLLM_PIPELINE = 'vllm pipeline'
+
+
+def engine_planners():
+    """{key: planner} of every engine: vLLM TP, vLLM pipeline parallelism, llama-box and
+    llama.cpp (each looked up when called, so a planner replaced on its module is the one used)."""
+    return {BACKEND_VLLM: vllm_memory.plan_vllm, VLLM_PIPELINE: vllm_pipeline.plan_vllm_pipeline,
+            BACKEND_LLAMA_BOX: llamacpp_memory.plan_llamacpp, BACKEND_LLAMA_CPP: llamacpp_memory.plan_llamacpp}
+
+
+def plan_vllm_engine(spec, gpus, traffic, knobs, version, planners=None):
+    """One vLLM plan on exactly ``gpus``: the pipeline planner when the knobs ask for stages
+    (pipeline_parallel_size or pp_layer_partition), the tensor-parallel planner otherwise. The
+    one place the two are told apart (build_plan plans through it)."""
+    planners = dict(engine_planners(), **(planners or {}))
+    key = VLLM_PIPELINE if vllm_pipeline.pipeline_requested(knobs) else BACKEND_VLLM
+    return planners[key](spec, gpus, traffic, knobs, version)
+
+
 def build_plan(params, resolve_model=None, planners=None):
     """Plan one deployment from module-style ``params``; returns a plan_types.Plan.
 
-    ``resolve_model`` and ``planners`` default to the real implementations; they are
-    parameters only so the dispatch can be read without importing every planner.
+    ``resolve_model`` and ``planners`` (some of engine_planners' entries) default to the real
+    implementations; given, they replace those entries.
     """
     backend = params.get('backend')
     if backend not in BACKENDS:
@@ -296,21 +228,18 @@ def build_plan(params, resolve_model=None, planners=None):
         raise PlanInputError('model', 'is required (catalog name, HF config dict, model directory '
                                       'or .gguf path)')
     if resolve_model is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+        resolve_model = model_loaders.resolve_model
     spec = resolve_model(params['model'])
     pin = params.get('gpu_indexes')
     if pin is not None:
         pin = check_gpu_indexes(pin, gpus)
         gpus = [gpu for gpu in gpus if gpu['index'] in pin]
+    planners = dict(engine_planners(), **(planners or {}))
     if backend == BACKEND_VLLM:
-        if planners is None:
-            from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
-        else:
-            plan_vllm = planners[BACKEND_VLLM]
+        plan_vllm = planners[BACKEND_VLLM]
         tp = pinned_tp(knobs)
         # pipeline parallelism plans its stages on every GPU given (stages may differ in kind)
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_pipeline import pipeline_requested
-        pipeline = pipeline_requested(knobs)
+        pipeline = vllm_pipeline.pipeline_requested(knobs)
         if pin is not None and len(kinds(gpus)) > 1 and not pipeline:
             raise PlanInputError('gpu_indexes', 'pins %s to GPUs of different kinds: %s; vLLM tensor '
                                  'parallelism needs GPUs of one kind. Pin GPUs of one kind, or leave '
@@ -323,12 +252,8 @@ def build_plan(params, resolve_model=None, planners=None):
                 spec, group, traffic, dict(knobs, tensor_parallel_size=size), str(version))))
             if plan is not None:
                 return with_gpu_choice(plan, choice, tp)
-        return pinned(check_plan(plan_vllm(spec, gpus, traffic, knobs, str(version))), pin)
-    if planners is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.llamacpp_memory import plan_llamacpp
-    else:
-        plan_llamacpp = planners[backend]
-    return pinned(check_plan(plan_llamacpp(spec, gpus, traffic, knobs, backend, str(version))), pin)
+        return pinned(check_plan(plan_vllm_engine(spec, gpus, traffic, knobs, str(version), planners)), pin)
+    return pinned(check_plan(planners[backend](spec, gpus, traffic, knobs, backend, str(version))), pin)
 
 
 def pinned(plan, pin):
@@ -379,8 +304,7 @@ def plan_report(plan, name=None):
     lines = [title, 'args: %s' % ' '.join(plan.args)]
     lines.extend(memory_table(plan))
     if getattr(plan, 'pipeline', None):
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_pipeline import report_lines
-        lines.extend(report_lines(plan.pipeline))
+        lines.extend(vllm_pipeline.report_lines(plan.pipeline))
     lines.append('kv_cache_tokens: %d; max_concurrency_at_max_len: %.2f'
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
     if plan.gpu_indexes is not None:
@@ -422,8 +346,7 @@ def serving_plan_result(params):
     return this, so a plan reads the same wherever it was computed. Several traffic classes
     are planned by ``traffic_classes`` (strategy and profiles added to ``plan``)."""
     if params.get('traffic_classes') is not None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.traffic_classes import traffic_classes_result
-        return traffic_classes_result(params)
+        return traffic_classes.traffic_classes_result(params, build_plan)
     try:
         plan = build_plan(params)
     except PlanInputError as error:

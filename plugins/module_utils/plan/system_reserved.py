@@ -12,7 +12,7 @@ the scheduler VRAM the plans said to keep free).
 
 from __future__ import annotations
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, ceil_div
 
 
 class SystemReservedError(ValueError):
@@ -35,7 +35,7 @@ def _non_negative_int(value, what):
 
 def ceil_gib(n_bytes):
     """Whole GiB that hold ``n_bytes`` (rounded up)."""
-    return -(-int(n_bytes) // GiB)
+    return ceil_div(int(n_bytes), GiB)
 
 
 def plans_vram_reserved_bytes(plans):

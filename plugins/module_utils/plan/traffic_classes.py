@@ -28,9 +28,11 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan as sp
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
+    BACKEND_VLLM, MAX_CONCURRENCY, MAX_TOKENS_PER_REQUEST, PlanInputError, Traffic, check_gpus, is_int, positive_int)
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import derive_max_model_len
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, ceil_div
 
 CLASS_KEYS = ('name', 'prompt_tokens_p99', 'max_output_tokens', 'max_concurrency', 'hours')
 SINGLE_CLASS_OPTIONS = ('prompt_tokens_p99', 'max_output_tokens', 'max_concurrency')
@@ -39,7 +41,6 @@ MAX_NAME_LENGTH = 64
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 HOURS_RE = re.compile(r'^(\d{2}):(\d{2})-(\d{2}):(\d{2})$')
 MINUTES_PER_DAY = 24 * 60
-STRATEGIES = ('single', 'scheduled', 'split')
 # Knobs that fix the weights' layout: the same for every profile of a scheduled strategy.
 WEIGHT_KNOBS = ('tensor_parallel_size', 'quantization', 'pipeline_parallel_size', 'pp_layer_partition')
 CHEAPEST_RULE = ('cheapest = fewest resident copies of the weights, then fewest engine restarts a day: '
@@ -125,18 +126,18 @@ def parse_traffic_classes(value):
         seen.add(name)
         classes.append(TrafficClass(
             name=name,
-            prompt_tokens_p99=sp._positive_int(where + '.prompt_tokens_p99', entry['prompt_tokens_p99'],
-                                               sp.MAX_TOKENS_PER_REQUEST),
-            max_output_tokens=sp._positive_int(where + '.max_output_tokens', entry['max_output_tokens'],
-                                               sp.MAX_TOKENS_PER_REQUEST),
-            max_concurrency=sp._positive_int(where + '.max_concurrency', entry['max_concurrency'],
-                                             sp.MAX_CONCURRENCY),
+            prompt_tokens_p99=positive_int(where + '.prompt_tokens_p99', entry['prompt_tokens_p99'],
+                                           MAX_TOKENS_PER_REQUEST),
+            max_output_tokens=positive_int(where + '.max_output_tokens', entry['max_output_tokens'],
+                                           MAX_TOKENS_PER_REQUEST),
+            max_concurrency=positive_int(where + '.max_concurrency', entry['max_concurrency'],
+                                         MAX_CONCURRENCY),
             hours=entry.get('hours'),
             intervals=parse_hours(where + '.hours', entry.get('hours'))))
     total = sum(c.max_concurrency for c in classes)
-    if total > sp.MAX_CONCURRENCY:
+    if total > MAX_CONCURRENCY:
         raise PlanInputError('traffic_classes', 'max_concurrency adds up to %d over the classes; at most %d'
-                             % (total, sp.MAX_CONCURRENCY))
+                             % (total, MAX_CONCURRENCY))
     return classes
 
 
@@ -188,7 +189,7 @@ def demand(classes, block_size=1):
     """(sequences, KV tokens) the classes need at once: every class at its concurrency with
     sequences of prompt p99 + max output tokens, rounded up to whole KV blocks."""
     sequences = sum(c.max_concurrency for c in classes)
-    tokens = sum(c.max_concurrency * -(-c.tokens_per_sequence // block_size) * block_size for c in classes)
+    tokens = sum(c.max_concurrency * ceil_div(c.tokens_per_sequence, block_size) * block_size for c in classes)
     return sequences, tokens
 
 
@@ -201,14 +202,14 @@ def _group_traffic(backend, classes, windows):
     sequences = max(demand(group)[0] for group in per_window)
     tokens = max(demand(group)[1] for group in per_window)
     longest = max((c for group in per_window for c in group), key=lambda c: c.tokens_per_sequence)
-    if backend != sp.BACKEND_VLLM:
+    if backend != BACKEND_VLLM:
         # llama.cpp slots are ctx_size / parallel each: every slot must hold the longest request
         return Traffic(longest.prompt_tokens_p99, longest.max_output_tokens, sequences), (
             '%d slots (the busiest window\'s concurrency) of %d tokens (the longest class, %s): '
             'llama.cpp gives every slot ctx_size / parallel' % (sequences, longest.tokens_per_sequence,
                                                                 longest.name))
     # vLLM pages the KV cache: the pool must hold the tokens, max_model_len the longest request
-    mean = -(-tokens // sequences)
+    mean = ceil_div(tokens, sequences)
     heaviest = max(per_window, key=lambda group: demand(group)[1])
     prompt_share = sum(c.max_concurrency * c.prompt_tokens_p99 for c in heaviest) / float(
         sum(c.max_concurrency * c.tokens_per_sequence for c in heaviest))
@@ -248,8 +249,9 @@ def _vllm_pool_check(plan, groups):
         'request: %s)' % (pool.usable_blocks, '>=' if pool.usable_blocks >= need else '<', need, parts))
 
 
-def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reasons=None):
-    """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan).
+def plan_profile(name, params, spec, classes, windows, build_plan, planners=None, fixed_reasons=None):
+    """One pinned configuration for ``classes`` over ``windows``: (profile dict, Plan), planned by
+    ``build_plan`` (serving_plan.build_plan: the planner of one deployment).
     ``fixed_reasons``: knob -> why it was fixed (replaces the planner's "set by the user")."""
     backend = params.get('backend')
     by_name = dict((c.name, c) for c in classes)
@@ -263,8 +265,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
     knobs['traffic_classes'] = None
     extra_reasons = {'traffic': traffic_text}
     warnings, not_fitting = [], []
-    if backend == sp.BACKEND_VLLM and params.get('max_model_len') is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import derive_max_model_len
+    if backend == BACKEND_VLLM and params.get('max_model_len') is None:
         need = Traffic(longest.prompt_tokens_p99, longest.max_output_tokens, 1)
         max_model_len, reason, len_warnings, beyond = derive_max_model_len(spec, need, {})
         knobs['max_model_len'] = max_model_len
@@ -273,14 +274,14 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
         if beyond:
             not_fitting.append('class %s needs %d tokens, the model supports %d' % (
                 longest.name, longest.tokens_per_sequence, spec.max_position_embeddings))
-    elif sp._is_int(params.get('max_model_len')) and params['max_model_len'] < longest.tokens_per_sequence:
+    elif is_int(params.get('max_model_len')) and params['max_model_len'] < longest.tokens_per_sequence:
         warnings.append('max_model_len %d is below class %s\'s prompt p99 + max output = %d: its longer '
                         'requests are rejected' % (params['max_model_len'], longest.name,
                                                    longest.tokens_per_sequence))
-    plan = sp.build_plan(knobs, resolve_model=lambda _model: spec, planners=planners)
+    plan = build_plan(knobs, resolve_model=lambda _model: spec, planners=planners)
     groups = [[by_name[n] for n in names] for _s, _e, names in windows if names]
     sequences = max(demand(group)[0] for group in groups)
-    if backend == sp.BACKEND_VLLM:
+    if backend == BACKEND_VLLM:
         blocks, need_blocks, kv_text = _vllm_pool_check(plan, groups)
         holds_kv = blocks >= need_blocks
         # vLLM counts blocks: a hybrid layout's kv_cache_tokens is no measure of what short requests hold
@@ -304,7 +305,7 @@ def plan_profile(name, params, spec, classes, windows, planners=None, fixed_reas
         not_fitting.append('; '.join(text for text, ok in ((kv_text, holds_kv), (seq_text, seqs >= sequences))
                                      if not ok))
     extra_reasons['kv_pool'] = '%s; %s' % (kv_text, seq_text)
-    if backend == sp.BACKEND_VLLM:
+    if backend == BACKEND_VLLM:
         extra_reasons['activation'] = (
             'chunked prefill %s, max_num_batched_tokens %s: the activation peak (%.2f GiB per GPU) is '
             'sized by the batch, not by the %d-token longest prompt' % (
@@ -364,7 +365,7 @@ def _split_classes(classes):
     return [longest], [c for c in classes if c is not longest]
 
 
-def plan_split(params, spec, classes, single_profile, planners=None):
+def plan_split(params, spec, classes, single_profile, build_plan, planners=None):
     """Two deployments on disjoint halves of the GPUs, the longest class apart from the rest:
     each holds the whole weights. Its cost is reported; it is never chosen."""
     gpus = list(params['gpus'])
@@ -385,7 +386,7 @@ def plan_split(params, spec, classes, single_profile, planners=None):
         name = 'split-' + '+'.join(c.name for c in part)
         try:
             profile, _plan = plan_profile(name, dict(knobs, gpus=part_gpus), spec, part,
-                                          time_windows(part), planners)
+                                          time_windows(part), build_plan, planners)
         except PlanInputError as error:
             profile = dict(name=name, classes=[c.name for c in part], hours=[], feasible=False, args=[],
                            settings={}, memory_per_gpu=[], kv_cache_tokens=0, demand_tokens=0,
@@ -436,19 +437,20 @@ class TrafficPlan:
                                 CHEAPEST_RULE)
 
 
-def plan_traffic_classes(params, resolve_model=None, planners=None):
-    """Plan ``params['traffic_classes']`` on ``params['gpus']``: a TrafficPlan."""
+def plan_traffic_classes(params, build_plan, resolve_model=None, planners=None):
+    """Plan ``params['traffic_classes']`` on ``params['gpus']``: a TrafficPlan. ``build_plan``
+    plans one configuration (serving_plan.build_plan, which calls this module: it passes itself)."""
     check_exclusive(params)
     classes = parse_traffic_classes(params.get('traffic_classes'))
     if params.get('model') in (None, '', {}):
         raise PlanInputError('model', 'is required (catalog name, HF config dict, model directory '
                                       'or .gguf path)')
-    sp.check_gpus(params.get('gpus'))
+    check_gpus(params.get('gpus'))
     if resolve_model is None:
-        from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
+        resolve_model = model_loaders.resolve_model
     spec = resolve_model(params['model'])
     windows = time_windows(classes)
-    single, single_plan = plan_profile('single', params, spec, classes, windows, planners)
+    single, single_plan = plan_profile('single', params, spec, classes, windows, build_plan, planners)
     alternatives = [_summary('single', [single], 1, (
         'one configuration holds every window: weights once, no restart' if single['feasible'] else
         'one configuration does not hold every window: %s' % '; '.join(single['not_fitting'])))]
@@ -475,7 +477,7 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
             name = '+'.join(names)
             profile_of[names] = name
             own = [w for w in windows if w[2] == names]
-            profile, plan = plan_profile(name, fixed, spec, classes, own, planners, fixed_reasons)
+            profile, plan = plan_profile(name, fixed, spec, classes, own, build_plan, planners, fixed_reasons)
             scheduled.append(profile)
             scheduled_plans.append(plan)
         edges = schedule_edges(windows, profile_of)
@@ -491,7 +493,7 @@ def plan_traffic_classes(params, resolve_model=None, planners=None):
     else:
         alternatives.append(_summary('scheduled', [], 1, 'every class is active in the same window(s): '
                                      'one profile is all a schedule could have'))
-    alternatives.append(plan_split(params, spec, classes, single, planners))
+    alternatives.append(plan_split(params, spec, classes, single, build_plan, planners))
     if single['feasible']:
         strategy, profiles, plans, edges = 'single', [single], [single_plan], []
     elif scheduled and all(p['feasible'] for p in scheduled):
@@ -544,10 +546,11 @@ def traffic_report(tplan, backend, version):
     return lines
 
 
-def traffic_classes_result(params):
-    """serving_plan's result for ``traffic_classes`` (same shape as the single-class one)."""
+def traffic_classes_result(params, build_plan):
+    """serving_plan's result for ``traffic_classes`` (same shape as the single-class one);
+    ``build_plan`` is serving_plan.build_plan."""
     try:
-        tplan = plan_traffic_classes(params)
+        tplan = plan_traffic_classes(params, build_plan)
     except PlanInputError as error:
         return dict(failed=True, msg='serving_plan: invalid %s' % error, field=error.field)
     except ImportError as error:

@@ -27,7 +27,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds i
     LAYER_CROSS, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, KvPool, Plan, PlanInputError)
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, fmt_bytes
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, ceil_div, fmt_bytes
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import BYTES, Fitted, source_rows_of
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total as ct
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
@@ -213,15 +213,7 @@ def safety_margin_bytes(total):
 
 def cold_compile_margin_bytes(kv_budget):
     """KV bytes a cold torch.compile costs an unpinned pool (COLD_COMPILE_KV_FRACTION_X1000)."""
-    return _cdiv(max(0, kv_budget) * COLD_COMPILE_KV_FRACTION_X1000, 1000)
-
-
-def _gib(n):
-    return fmt_bytes(n)
-
-
-def _cdiv(a, b):
-    return -(-a // b)
+    return ceil_div(max(0, kv_budget) * COLD_COMPILE_KV_FRACTION_X1000, 1000)
 
 
 def next_power_of_two(n):
@@ -238,7 +230,7 @@ def floor_util(numerator, total):
 
 def util_bytes(total, util):
     """total * util as vLLM requests it (math.ceil)."""
-    return _cdiv(total * int(round(util * 10000)), 10000)
+    return ceil_div(total * int(round(util * 10000)), 10000)
 
 
 # ---------------------------------------------------------------- KV cache
@@ -291,18 +283,18 @@ def kv_layout(spec, tp, kv_dtype_bytes, block_size, max_num_batched_tokens):
         # Hybrid KV cache manager: groups of equal layer count share one block pool; a block id
         # is one page in every group tensor, so bytes_per_block sums the largest group's layers.
         group_size = min(counts.values())
-        groups = {kind: _cdiv(n, group_size) for kind, n in counts.items()}
+        groups = {kind: ceil_div(n, group_size) for kind, n in counts.items()}
         page_per_layer = max(kind_of(kind).vllm_bytes_per_token(spec, tp, kv_dtype_bytes) for kind in counts)
         bytes_per_block = block_size * group_size * page_per_layer
         rule = ('hybrid KV manager: %s, groups of %d layers share one block pool (%s per block); '
                 'full groups hold ceil(L / bs) blocks per request, sliding groups '
                 'ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1' % (
                     ', '.join('%d %s layers' % (n, k) for k, n in sorted(counts.items())),
-                    group_size, _gib(bytes_per_block)))
+                    group_size, fmt_bytes(bytes_per_block)))
         if LAYER_CROSS in counts:
             # CrossAttentionSpec.max_memory_usage_bytes: fixed by the encoder length, not L
             rule += '; cross-attention groups ceil(max_encoder_len %d / bs) = %d blocks from the request\'s start' % (
-                spec.max_encoder_len, _cdiv(spec.max_encoder_len, block_size))
+                spec.max_encoder_len, ceil_div(spec.max_encoder_len, block_size))
     return KvLayout(block_size=block_size, bytes_per_token=per_token, bytes_per_block=bytes_per_block,
                     groups=groups, group_size=group_size, sliding_window=spec.sliding_window or 0,
                     max_num_batched_tokens=max_num_batched_tokens, rule=rule,
@@ -373,15 +365,15 @@ def weights_per_gpu(spec, tp, gpu=None, version=None):
              'weights_kv_proj_replication': kv_replication,
              'weights_mxfp4_expert_padding': expert_padding}
     explain = ('%s stored weights / TP %d = %s%s%s%s (%s)' % (
-        _gib(spec.weight_bytes), tp, _gib(sharded),
-        (' + replicated parts %s' % _gib(replicated)) if replicated else '',
+        fmt_bytes(spec.weight_bytes), tp, fmt_bytes(sharded),
+        (' + replicated parts %s' % fmt_bytes(replicated)) if replicated else '',
         (' + k/v projections replicated (%d KV heads < TP %d) %s' % (
-            spec.num_kv_heads, tp, _gib(kv_replication))) if kv_replication else '',
+            spec.num_kv_heads, tp, fmt_bytes(kv_replication))) if kv_replication else '',
         (' + MXFP4 experts padded %s' % (
             ('for the Marlin kernel vLLM picks below compute capability 10 (hidden to 256, '
-             'intermediate / TP to 128; shapes from mxfp4.py create_weights) %s' % _gib(expert_padding))
+             'intermediate / TP to 128; shapes from mxfp4.py create_weights) %s' % fmt_bytes(expert_padding))
             if kernel == 'marlin' else
-            ('by vLLM (%s) %s' % (prof.MXFP4_EXPERT_PAD.describe(), _gib(expert_padding)))))
+            ('by vLLM (%s) %s' % (prof.MXFP4_EXPERT_PAD.describe(), fmt_bytes(expert_padding)))))
         if expert_padding else '',
         spec.weight_bytes_note or ('exact' if spec.weight_bytes_exact else 'from the model spec')))
     return total, terms, explain
@@ -437,13 +429,13 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
     peak = max(sampler_phase, forward)
     terms = {'activation_sampler_warmup': sampler, 'activation_hidden_states': hidden_states,
              'activation_forward_pass': forward, 'activation_unexplained_reserve': reserve}
-    per_logit = ' + '.join('%s %s' % (name.replace('_', ' '), _gib(size)) for name, size in parts.items())
+    per_logit = ' + '.join('%s %s' % (name.replace('_', ' '), fmt_bytes(size)) for name, size in parts.items())
     guard = ''
     if reserve:
         guard = ('; + unexplained reserve %s (policy guard, not physics: the sort path\'s bytes are '
                  'kept from %s until the memory the 0.19 / 0.27 / 0.28 logs show above this model is '
                  'explained; it starts at %s)' % (
-                     _gib(reserve), prof.version_tuple_text(prof.NO_SORT_ERA_RESERVE_SINCE),
+                     fmt_bytes(reserve), prof.version_tuple_text(prof.NO_SORT_ERA_RESERVE_SINCE),
                      prof.NO_SORT_ERA_RESERVE_START.describe()))
     explain = ('profile-run peak = max(sampler warm-up %s + hidden states %s%s, forward pass %s) = %s; '
                'sampler (%s path, vLLM %s) on R = min(max_num_seqs %d, max_num_batched_tokens %d) = %d '
@@ -451,8 +443,8 @@ def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None
                'topk_topp_sampler.py; only the sort residual is %s); hidden states = (%d + %d x %d) tokens x hidden %d x %d B (shapes: profile_run '
                'keeps _dummy_run\'s output while the sampler runs); forward = %d tokens%s x (4 x hidden + 3 '
                'x FFN %d / TP %d) x %d B (shapes)' % (
-                   _gib(sampler), _gib(hidden_states), (' + reserve %s' % _gib(reserve)) if reserve else '',
-                   _gib(forward), _gib(peak), path,
+                   fmt_bytes(sampler), fmt_bytes(hidden_states), (' + reserve %s' % fmt_bytes(reserve)) if reserve else '',
+                   fmt_bytes(forward), fmt_bytes(peak), path,
                    version or 'unknown', max_num_seqs, max_num_batched_tokens, rows, spec.vocab_size,
                    per_logit, SAMPLER_SORT_RESIDUAL.describe(), max_num_batched_tokens, HIDDEN_STATE_ROW_COPIES, rows, spec.hidden_size,
                    spec.dtype_bytes, forward_tokens,
@@ -534,7 +526,7 @@ def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
              'cuda_graph_collectives': collectives}
     if nccl_in_graphs:
         comm = ('NCCL collectives captured in graphs %s x %d ring connections = %s (%s)' % (
-            _gib(GRAPH_COLLECTIVE_BYTES_PER_CONNECTION), ring_connections(tp), _gib(collectives),
+            fmt_bytes(GRAPH_COLLECTIVE_BYTES_PER_CONNECTION), ring_connections(tp), fmt_bytes(collectives),
             GRAPH_COLLECTIVES.describe()))
     elif tp > 1:
         comm = 'no NCCL in graphs (custom all-reduce over NVLink)'
@@ -542,14 +534,15 @@ def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
         comm = 'no collectives (TP 1)'
     explain = ('%d captured sizes up to %d: graph nodes %s x %d layers x %d/%d = %s (%s) + largest '
                'graph intermediates %s (physical) + %s = %s; an estimate, logs show 0.1-2.5 GiB per GPU' % (
-                   count, largest, _gib(GRAPH_BYTES_PER_LAYER), spec.num_layers, count,
-                   GRAPH_REFERENCE_CAPTURE_COUNT, _gib(nodes), GRAPH_PER_LAYER.describe(),
-                   _gib(intermediates), comm, _gib(total)))
+                   count, largest, fmt_bytes(GRAPH_BYTES_PER_LAYER), spec.num_layers, count,
+                   GRAPH_REFERENCE_CAPTURE_COUNT, fmt_bytes(nodes), GRAPH_PER_LAYER.describe(),
+                   fmt_bytes(intermediates), comm, fmt_bytes(total)))
     return total, terms, explain
 
 
 # ---------------------------------------------------------------- inputs
-def _int_knob(knobs, name, low, high):
+def int_knob(knobs, name, low, high):
+    """``knobs[name]`` as an int in [low, high] (None when unset); PlanInputError naming it otherwise."""
     value = knobs.get(name)
     if value is None:
         return None
@@ -574,7 +567,8 @@ def _bool_knob(knobs, name):
     raise PlanInputError(name, 'must be true or false, got %r' % (value,))
 
 
-def _check_spec(spec):
+def check_vllm_spec(spec):
+    """The model geometry the vLLM planners read (TP and pipeline alike); PlanInputError('model')."""
     if spec.weight_bytes <= 0:
         raise PlanInputError('model', '%s: weight_bytes must be > 0, got %d' % (spec.name, spec.weight_bytes))
     if spec.num_attention_heads <= 0 or spec.num_layers <= 0 or spec.hidden_size <= 0:
@@ -590,7 +584,8 @@ def _check_spec(spec):
         raise PlanInputError('model', '%s: cross-attention layers need max_encoder_len' % spec.name)
 
 
-def _check_traffic(traffic):
+def check_traffic(traffic):
+    """The three traffic figures, positive and within bounds; PlanInputError naming the figure."""
     for name in ('prompt_tokens_p99', 'max_output_tokens', 'max_concurrency'):
         value = getattr(traffic, name, None)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -614,13 +609,14 @@ def _check_gpus(gpus):
         kinds.setdefault((gpu.get('name', ''), total), []).append(gpu.get('index', position))
     if len(kinds) > 1:
         raise PlanInputError('gpus', 'vLLM tensor parallelism needs GPUs of one kind, got %s; %s' % (
-            '; '.join('%s %s (index %s)' % (name or '?', _gib(total), ','.join(str(i) for i in idx))
+            '; '.join('%s %s (index %s)' % (name or '?', fmt_bytes(total), ','.join(str(i) for i in idx))
                       for (name, total), idx in sorted(kinds.items(), key=lambda kv: kv[0][1])),
             FALLBACK_HINT))
     return list(gpus)
 
 
-def _tp_allowed(spec, tp):
+def tp_refusal(spec, tp):
+    """Why vLLM refuses tensor parallelism ``tp`` for ``spec`` (heads not divisible), or None."""
     if spec.num_attention_heads % tp:
         return '%d attention heads not divisible by %d' % (spec.num_attention_heads, tp)
     kv = spec.num_kv_heads
@@ -687,37 +683,37 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
                  ' total, which excludes the memory the driver keeps): %s [%s]' % (
                      gpu.get('index', '?'), gpu.get('name', '?'), row['cuda'].explain, row['cuda'].source),
         'budget': (('--kv-cache-memory-bytes %s + the charged terms (vLLM ignores util for the budget); '
-                    'planned within ' % _gib(pinned_bytes) if pinned_bytes else '') +
+                    'planned within ' % fmt_bytes(pinned_bytes) if pinned_bytes else '') +
                    'ceil(total x gpu_memory_utilization %g), total = the CUDA-visible total %s, not '
-                   'the NVML total %s' % (util, _gib(row['cuda'].cuda_total), _gib(row['cuda'].nvml_total))),
+                   'the NVML total %s' % (util, fmt_bytes(row['cuda'].cuda_total), fmt_bytes(row['cuda'].nvml_total))),
         'weights': w_explain,
         'activation': row['a_explain'],
         'non_torch': 'inside the budget: non-torch growth %s (cuBLAS/attention workspaces, %s)%s%s' % (
-            _gib(non_torch_growth), NON_TORCH_GROWTH.describe(),
-            (' + TP workspaces %s (%s)' % (_gib(tp_workspace), TP_WORKSPACE.describe()))
+            fmt_bytes(non_torch_growth), NON_TORCH_GROWTH.describe(),
+            (' + TP workspaces %s (%s)' % (fmt_bytes(tp_workspace), TP_WORKSPACE.describe()))
             if tp_workspace else '',
             (' + NCCL buffers %s (this version allocates them after the memory snapshot)'
-             % _gib(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
+             % fmt_bytes(row['nccl'])) if row['nccl'] and not acct.nccl_in_baseline else '') + (
             ' + CUDA context %s (this version measures non-torch memory device-wide)'
-            % _gib(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
+            % fmt_bytes(CUDA_CONTEXT_BYTES) if acct.device_wide_non_torch else ''),
         'nccl_buffers': '%d ring connections x %d NCCL channels x %s (%s) -> %s, %s' % (
             ring_connections(tp), nccl_channels(gpu.get('name')),
-            _gib(NCCL_BYTES_PER_CHANNEL_CONNECTION), NCCL_PER_CHANNEL_CONNECTION.describe(),
-            _gib(row['nccl']),
+            fmt_bytes(NCCL_BYTES_PER_CHANNEL_CONNECTION), NCCL_PER_CHANNEL_CONNECTION.describe(),
+            fmt_bytes(row['nccl']),
             'outside the budget' if acct.nccl_in_baseline else 'inside the budget'),
         'cuda_context': 'CUDA context + driver, outside torch (%s)' % CUDA_CONTEXT.describe(),
         'cuda_graph': row['g_explain'] + (' -- charged INSIDE the budget' if ctx.graphs_inside
                                           else ' -- OUTSIDE the budget (captured after KV allocation)'),
         'kv_cache': '%d blocks x %s per block (%d tokens x %s per token on this GPU, kv dtype %s); %s%s' % (
-            row['blocks'], _gib(layout.bytes_per_block), layout.block_size,
-            _gib(layout.bytes_per_token), kv_dtype, layout.rule,
+            row['blocks'], fmt_bytes(layout.bytes_per_block), layout.block_size,
+            fmt_bytes(layout.bytes_per_token), kv_dtype, layout.rule,
             ('; the KV budget is net of a cold-compile margin %s (%s): not pinned in bytes, a cold '
              'torch.compile is charged as activation'
-             % (_gib(row['cold']), COLD_COMPILE_MARGIN.describe())) if row['cold'] else ''),
+             % (fmt_bytes(row['cold']), COLD_COMPILE_MARGIN.describe())) if row['cold'] else ''),
         'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
                     'safety margin %s (3 %% of the card, >= 512 MiB: allocator fragmentation, '
                     'prefill peaks above the profiled one, unprofiled logprobs)' % (
-                        _gib(PROFILER_UNDERESTIMATE_BYTES), _gib(margin)),
+                        fmt_bytes(PROFILER_UNDERESTIMATE_BYTES), fmt_bytes(margin)),
     }
 
 
@@ -936,14 +932,14 @@ def _shortfall(ctx, util, outside, margin, budget, required, slack, total, pinne
     """Why the outside terms do not fit next to the budget on one GPU (None when they do)."""
     if slack >= required:
         return None
-    parts = ['%s %s' % (OUTSIDE_LABELS[name], _gib(size)) for name, size in outside.items()]
-    parts += ['profiler buffer %s' % _gib(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % _gib(margin)]
+    parts = ['%s %s' % (OUTSIDE_LABELS[name], fmt_bytes(size)) for name, size in outside.items()]
+    parts += ['profiler buffer %s' % fmt_bytes(PROFILER_UNDERESTIMATE_BYTES), 'safety margin %s' % fmt_bytes(margin)]
     if pinned_bytes:
         return ('budget %s (weights, activation, non-torch%s, pinned KV) + %s = %s, more than '
-                'the card (%s)' % (_gib(budget), ', graphs' if ctx.graphs_inside else '',
-                                   ' + '.join(parts), _gib(budget + required), _gib(total)))
+                'the card (%s)' % (fmt_bytes(budget), ', graphs' if ctx.graphs_inside else '',
+                                   ' + '.join(parts), fmt_bytes(budget + required), fmt_bytes(total)))
     return ('outside the budget vLLM %s holds %s = %s, more than total x (1 - %g) = %s' % (
-        ctx.version, ' + '.join(parts), _gib(required), util, _gib(slack)))
+        ctx.version, ' + '.join(parts), fmt_bytes(required), util, fmt_bytes(slack)))
 
 
 def _gpu_outcome(ctx, setup, row, pinned_bytes):
@@ -1062,7 +1058,7 @@ def v0_shared_gpu_warnings(ctx):
     return ['GPU %s has %s in use now: vLLM %s counts memory other processes hold on the GPU as its own '
             'non-torch memory and takes it out of its KV budget (the plan assumes the GPU to itself); '
             'start it on an idle GPU' % (
-                gpu.get('index', '?'), _gib(gpu['memory_used']), ctx.version) for gpu in busy]
+                gpu.get('index', '?'), fmt_bytes(gpu['memory_used']), ctx.version) for gpu in busy]
 
 
 def extensible_sizing(acct, tp, gpu, total, util, consumed, transient):
@@ -1083,14 +1079,14 @@ def extensible_sizing(acct, tp, gpu, total, util, consumed, transient):
     kv, margin = prof.extensible_kv_bytes(requested, consumed, headroom, transient)
     bound = 'the util cap' if requested - consumed <= headroom - margin else 'free memory after warm-up'
     explain_budget = ('cap ceil(total x gpu_memory_utilization %g) = %s (extensible KV cache: a cap, not a '
-                      'reservation; vLLM 0.34 skips the startup free-memory check)' % (util, _gib(requested)))
+                      'reservation; vLLM 0.34 skips the startup free-memory check)' % (util, fmt_bytes(requested)))
     explain_kv = ('extensible KV cache (vLLM 0.34): min(cap %s - consumed %s, headroom %s - margin %s) - '
                   'transient peak %s = %s, bound by %s; consumed = weights + workspaces + CUDA graph pool, '
                   'headroom = total - baseline (CUDA context, NCCL, cuBLAS) %s - consumed, margin = '
                   'max(1 GiB, 0.75 x transient), of which %s stays free for non-torch allocations '
                   '(vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes)' % (
-                      _gib(requested), _gib(consumed), _gib(headroom), _gib(margin), _gib(transient),
-                      _gib(kv), bound, _gib(baseline), _gib(prof.EXTENSIBLE_NON_TORCH_RESERVE_BYTES)))
+                      fmt_bytes(requested), fmt_bytes(consumed), fmt_bytes(headroom), fmt_bytes(margin), fmt_bytes(transient),
+                      fmt_bytes(kv), bound, fmt_bytes(baseline), fmt_bytes(prof.EXTENSIBLE_NON_TORCH_RESERVE_BYTES)))
     return dict(kv=kv, margin=margin, transient=transient, consumed=consumed, requested=requested,
                 headroom=headroom, explain_budget=explain_budget, explain_kv=explain_kv)
 
@@ -1122,11 +1118,11 @@ def extensible_free_warning(ctx, gpu, free, mem):
             'extensible KV cache vLLM skips the startup free-memory check and would size the KV from '
             'what is free after warm-up, up to %s less than planned; if another process shares this '
             'GPU set pin_kv_cache_memory so the pool is pinned in bytes' % (
-                gpu.get('index', '?'), _gib(free), _gib(mem.budget), ctx.version, _gib(mem.budget - free)))
+                gpu.get('index', '?'), fmt_bytes(free), fmt_bytes(mem.budget), ctx.version, fmt_bytes(mem.budget - free)))
 
 
 # ---------------------------------------------------------------- public entry point
-def _checked_knobs(knobs, spec, version):
+def checked_knobs(knobs, spec, version):
     """The user-set knobs (None dropped), type- and range-checked for this version."""
     knobs = {k: v for k, v in dict(knobs or {}).items() if v is not None}
     unknown = sorted(k for k in knobs if k not in KNOWN_KNOBS)
@@ -1137,11 +1133,11 @@ def _checked_knobs(knobs, spec, version):
                             ('max_num_batched_tokens', 16, MAX_NUM_BATCHED_TOKENS_LIMIT),
                             ('kv_cache_memory_bytes', 1, 1 << 50)):
         if name in knobs:
-            knobs[name] = _int_knob(knobs, name, low, high)
+            knobs[name] = int_knob(knobs, name, low, high)
     for name in ('enforce_eager', 'pin_kv_cache_memory', 'cudagraph_memory_estimate'):
         _bool_knob(knobs, name)
     if 'block_size' in knobs:
-        knobs['block_size'] = _int_knob(knobs, 'block_size', 1, 4096)
+        knobs['block_size'] = int_knob(knobs, 'block_size', 1, 4096)
         if knobs['block_size'] not in prof.block_size_choices(version):
             raise PlanInputError('block_size', 'must be one of %s for vLLM %s, got %d' % (
                 ', '.join(str(b) for b in prof.block_size_choices(version)), version, knobs['block_size']))
@@ -1196,13 +1192,13 @@ def _tp_candidates(spec, gpus, knobs):
     TP_CANDIDATES that divides the heads and fits the GPU count."""
     tp_knob = knobs.get('tensor_parallel_size')
     if tp_knob is None or tp_knob == 'auto':
-        candidates = [tp for tp in TP_CANDIDATES if tp <= len(gpus) and _tp_allowed(spec, tp) is None]
+        candidates = [tp for tp in TP_CANDIDATES if tp <= len(gpus) and tp_refusal(spec, tp) is None]
         if not candidates:
             raise PlanInputError('tensor_parallel_size', 'no TP in %s fits %d GPUs and %d heads' % (
                 TP_CANDIDATES, len(gpus), spec.num_attention_heads))
         return candidates, True
-    tp = _int_knob(knobs, 'tensor_parallel_size', 1, 1024)
-    why = _tp_allowed(spec, tp)
+    tp = int_knob(knobs, 'tensor_parallel_size', 1, 1024)
+    why = tp_refusal(spec, tp)
     if why:
         raise PlanInputError('tensor_parallel_size', '%s: %s' % (spec.name, why))
     if tp > len(gpus):
@@ -1350,13 +1346,13 @@ def sampler_reason(ctx, ev):
     charged = ev.memory[0].terms.get('activation_sampler_warmup', 0)
     if path == 'no_sort':
         return ('vLLM %s: the warm-up sorts on neither path (%d rows >= %d: Triton or FlashInfer top-k/top-p); '
-                'charged %s%s' % (version, rows, prof.SAMPLER_TRITON_MIN_BATCH, _gib(charged),
+                'charged %s%s' % (version, rows, prof.SAMPLER_TRITON_MIN_BATCH, fmt_bytes(charged),
                                   '' if sampler is None else ', the same for vllm_sampler %s' % sampler))
     if path == 'flashinfer':
         return ('set by the user (flashinfer): the image runs FlashInfer top-k/top-p (%s=1 in the engine '
                 'environment); charged its warm-up, %s (fp32 masked logits + probs, no sort). An image '
                 'without flashinfer %s' % (
-                    prof.FLASHINFER_SAMPLER_ENV, _gib(charged),
+                    prof.FLASHINFER_SAMPLER_ENV, fmt_bytes(charged),
                     'falls back to the sort path and uses more than this' if not version.at_least(
                         prof.FLASHINFER_SAMPLER_OPT_IN_SINCE) else 'fails at the warm-up'))
     if sampler == prof.SAMPLER_PYTORCH:
@@ -1364,12 +1360,12 @@ def sampler_reason(ctx, ev):
             ('%s=0 pins' % prof.FLASHINFER_SAMPLER_ENV) if version.at_least(prof.FLASHINFER_SAMPLER_SINCE)
             else 'vLLM %s runs' % version,
             '' if not version.at_least(prof.FLASHINFER_SAMPLER_SINCE) else ' (full-vocab logits.sort)',
-            _gib(charged)))
+            fmt_bytes(charged)))
     return ('not set: charged the PyTorch sort path\'s warm-up, %s (full-vocab logits.sort), the larger '
             'of the two; the plan cannot see whether the image ships FlashInfer (%s), so the safe side is '
             'the path that needs more. Set vllm_sampler: flashinfer when the engine log prints "Using '
             'FlashInfer for top-p & top-k sampling." (more KV), pytorch to pin the sort path' % (
-                _gib(charged), 'taken by default when installed in 0.9.1 - 0.11.x' if version.in_range(
+                fmt_bytes(charged), 'taken by default when installed in 0.9.1 - 0.11.x' if version.in_range(
                     prof.FLASHINFER_SAMPLER_SINCE, prof.FLASHINFER_SAMPLER_OPT_IN_SINCE)
                 else 'opt-in with %s=1 from 0.12' % prof.FLASHINFER_SAMPLER_ENV))
 
@@ -1383,8 +1379,8 @@ def kv_pin_reason(ctx, ev):
     requested = util_bytes(mem.total, ev.util)
     graphs = mem.cuda_graph if ev.graphs_inside else 0
     charged = ('(weights %s + activation %s + non-torch %s%s)' % (
-        _gib(mem.weights), _gib(mem.activation), _gib(mem.non_torch),
-        (' + CUDA graphs %s' % _gib(graphs)) if graphs else ''))
+        fmt_bytes(mem.weights), fmt_bytes(mem.activation), fmt_bytes(mem.non_torch),
+        (' + CUDA graphs %s' % fmt_bytes(graphs)) if graphs else ''))
     default_pin, default_why = prof.kv_bytes_pin_default(version)
     user_set = knobs.get('pin_kv_cache_memory') is not None
     if ev.kv_cache_memory_bytes:
@@ -1394,9 +1390,9 @@ def kv_pin_reason(ctx, ev):
                 'torch.compile no longer sizes it' % (
                     'pin_kv_cache_memory set by the user' if user_set else 'default; ' + default_why,
                     ev.kv_cache_memory_bytes // ev.layout.bytes_per_block,
-                    _gib(ev.layout.bytes_per_block), ev.kv_cache_memory_bytes, _gib(mem.total), ev.util,
-                    _gib(requested), charged,
-                    _gib(requested - mem.weights - mem.activation - mem.non_torch - graphs)))
+                    fmt_bytes(ev.layout.bytes_per_block), ev.kv_cache_memory_bytes, fmt_bytes(mem.total), ev.util,
+                    fmt_bytes(requested), charged,
+                    fmt_bytes(requested - mem.weights - mem.activation - mem.non_torch - graphs)))
     if ev.extensible:
         return 'not passed: %s' % (
             'pin_kv_cache_memory false (set by the user); the extensible KV cache sizes the pool'
@@ -1411,12 +1407,12 @@ def kv_pin_reason(ctx, ev):
     if cold:
         then = ('- a cold-compile margin %s (5 %% of the warm KV budget, vllm#54383), so the plan '
                 'describes a cold start (first boot of this shape, or a recycled instance without a '
-                'persistent compile cache) and a warm one gets more' % _gib(cold))
+                'persistent compile cache) and a warm one gets more' % fmt_bytes(cold))
     else:
         then = ('and no cold-compile margin: vLLM %s runs the V0 engine, which compiles nothing with '
                 'torch.compile by default' % version) if ctx.acct.engine == 'v0' else '(nothing left)'
     return ('not passed: %s. Instead --gpu-memory-utilization=%g is pinned explicitly and the KV '
-            'budget = ceil(total x util) %s - %s %s' % (why, ev.util, _gib(requested), charged, then))
+            'budget = ceil(total x util) %s - %s %s' % (why, ev.util, fmt_bytes(requested), charged, then))
 
 
 def kv_capacity(ev, max_model_len):
@@ -1440,12 +1436,12 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
     short_of_kv = ev.charges_fit and not _fits_one_sequence(ev, max_model_len)
     if not ev.charges_fit:
         not_fitting.append('weights %s + activation %s + non-torch %s%s exceed the budget %s per GPU' % (
-            _gib(mem0.weights), _gib(mem0.activation), _gib(mem0.non_torch),
-            (' + CUDA graphs %s' % _gib(mem0.cuda_graph)) if ev.graphs_inside else '', _gib(mem0.budget)))
+            fmt_bytes(mem0.weights), fmt_bytes(mem0.activation), fmt_bytes(mem0.non_torch),
+            (' + CUDA graphs %s' % fmt_bytes(mem0.cuda_graph)) if ev.graphs_inside else '', fmt_bytes(mem0.budget)))
     elif short_of_kv:
         not_fitting.append('one %d-token sequence needs %d blocks (%s) but the KV pool has %d blocks (%s)' % (
-            max_model_len, blocks_per_max_len, _gib(blocks_per_max_len * ev.layout.bytes_per_block),
-            ev.num_blocks, _gib(ev.num_blocks * ev.layout.bytes_per_block)))
+            max_model_len, blocks_per_max_len, fmt_bytes(blocks_per_max_len * ev.layout.bytes_per_block),
+            ev.num_blocks, fmt_bytes(ev.num_blocks * ev.layout.bytes_per_block)))
     if beyond_model:
         not_fitting.append('requests need %d tokens, the model supports %d' % (
             traffic.tokens_per_sequence, spec.max_position_embeddings))
@@ -1453,8 +1449,8 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
         suggestions.append('gpu_memory_utilization <= %.2f (what fits outside the budget)' % ev.derived_util)
         if mem0.cuda_graph and not ev.graphs_inside and not ctx.enforce_eager:
             suggestions.append('enforce_eager: true (no CUDA graph pool, %s less outside the budget; '
-                               'slower decode)' % _gib(mem0.cuda_graph))
-    bigger = [t for t in TP_CANDIDATES if t > ev.tp and _tp_allowed(spec, t) is None]
+                               'slower decode)' % fmt_bytes(mem0.cuda_graph))
+    bigger = [t for t in TP_CANDIDATES if t > ev.tp and tp_refusal(spec, t) is None]
     if short_of_kv:
         if ev.num_blocks and not ev.layout.hybrid:
             suggestions.append('max_model_len <= %d (what this KV pool holds)' % (ev.num_blocks * ev.block_size))
@@ -1467,10 +1463,10 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
             suggestions.append('tensor_parallel_size=%d (needs %d GPUs of this kind, %d given)' % (
                 bigger[0], bigger[0], len(gpus)))
         if mem0.terms.get('activation_sampler_warmup', 0) > GiB:
-            suggestions.append('a lower max_num_seqs (the sampler warm-up holds %s)' % _gib(
+            suggestions.append('a lower max_num_seqs (the sampler warm-up holds %s)' % fmt_bytes(
                 mem0.terms['activation_sampler_warmup']))
     if not ev.charges_fit and not bigger:
-        suggestions.append('a quantized checkpoint (weights %s per GPU)' % _gib(mem0.weights))
+        suggestions.append('a quantized checkpoint (weights %s per GPU)' % fmt_bytes(mem0.weights))
     feasible = _feasible(ev, max_model_len) and not beyond_model
     if feasible and 'max_num_seqs' not in knobs and ev.max_num_seqs < traffic.max_concurrency:
         warnings.append('max_num_seqs %d is below the declared concurrency %d: at %d tokens per '
@@ -1492,7 +1488,7 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
         elif isinstance(free, int) and free < requested:
             warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
                             'it will not start unless that memory is released first (e.g. it is this '
-                            'deployment\'s previous instance)' % (gpu.get('index', '?'), _gib(free), _gib(requested)))
+                            'deployment\'s previous instance)' % (gpu.get('index', '?'), fmt_bytes(free), fmt_bytes(requested)))
     return feasible, not_fitting, suggestions, warnings
 
 
@@ -1500,17 +1496,14 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
     """Plan one vLLM deployment. Bad input -> PlanInputError; infeasible -> Plan.feasible False.
 
     ``knobs`` holds the user-set engine options by serving_plan option name (KNOWN_KNOBS); a knob
-    left out (or None) is derived, and every value in the plan says why in ``reasons``."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline
-    if vllm_pipeline.pipeline_requested(knobs):
-        # --pipeline-parallel-size / VLLM_PP_LAYER_PARTITION: the stages are planned there
-        return vllm_pipeline.plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version)
+    left out (or None) is derived, and every value in the plan says why in ``reasons``. Pipeline
+    parallelism is vllm_pipeline.plan_vllm_pipeline's (serving_plan.build_plan dispatches)."""
     version = prof.parse_version(backend_version)
-    _check_spec(spec)
+    check_vllm_spec(spec)
     spec = engine_spec(spec, version)
-    _check_traffic(traffic)
+    check_traffic(traffic)
     gpus = _check_gpus(gpus)
-    knobs = _checked_knobs(knobs, spec, version)
+    knobs = checked_knobs(knobs, spec, version)
     ctx = _Context(spec, gpus, traffic, knobs, version)
     max_model_len, len_reason, warnings, beyond_model = derive_max_model_len(spec, traffic, knobs)
     warnings.extend(prof.version_warnings(version))

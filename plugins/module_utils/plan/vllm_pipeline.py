@@ -39,12 +39,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of, vllm_forced_block_size
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import GpuMemory, KvPool, Plan, PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile as lprof
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import ceil_div, fmt_bytes
 
 PP_KNOBS = ('pipeline_parallel_size', 'pp_layer_partition')
 # Knobs a PP plan does not model (the pinned KV size is per worker and the stages differ).
@@ -140,16 +144,16 @@ def weight_parts(spec, tp, gpus=(None,), version=None):
                                         key=lambda weights: weights[0])
     by_role = spec.extra.get('weight_bytes_by_role') or {}
     matrix = spec.vocab_size * spec.hidden_size * spec.dtype_bytes
-    embedding = vm._cdiv(by_role.get('embedding') or matrix, tp)
-    lm_head = embedding if spec.tie_word_embeddings else vm._cdiv(by_role.get('lm_head') or matrix, tp)
+    embedding = ceil_div(by_role.get('embedding') or matrix, tp)
+    lm_head = embedding if spec.tie_word_embeddings else ceil_div(by_role.get('lm_head') or matrix, tp)
     norm = spec.hidden_size * spec.dtype_bytes
     stored_head = 0 if spec.tie_word_embeddings else lm_head
     layers = max(0, rank_total - embedding - stored_head - norm)
     explain = ('%s per rank (%s); less embedding %s%s and final norm %s leaves %s for %d decoder '
                'layers, %s each' % (
-                   vm._gib(rank_total), w_explain, vm._gib(embedding),
-                   '' if spec.tie_word_embeddings else ' and lm_head %s' % vm._gib(lm_head),
-                   vm._gib(norm), vm._gib(layers), spec.num_layers, vm._gib(layers // spec.num_layers)))
+                   fmt_bytes(rank_total), w_explain, fmt_bytes(embedding),
+                   '' if spec.tie_word_embeddings else ' and lm_head %s' % fmt_bytes(lm_head),
+                   fmt_bytes(norm), fmt_bytes(layers), spec.num_layers, fmt_bytes(layers // spec.num_layers)))
     return layers, embedding, lm_head, norm, explain
 
 
@@ -208,12 +212,65 @@ class _Setup:
         return [] if self.enforce_eager else prof.cudagraph_capture_sizes(self.version, ms, self.mnbt)
 
 
+@dataclasses.dataclass
+class StageGpu:
+    """One GPU of a stage: its CUDA total, budget (total x util), KV budget and blocks, and what
+    vLLM holds outside the budget there. ``budget``, ``kv_budget`` and ``blocks`` are None while
+    the utilization is being derived."""
+    gpu: dict
+    cuda: object                    # cuda_total.CudaTotal
+    total: int
+    budget: Optional[int]
+    kv_budget: Optional[int]
+    blocks: Optional[int]
+    outside: Dict[str, int]
+    resident: int
+    required: int
+    ext: Optional[dict]             # the extensible KV cache's sizing (vLLM 0.34+), else None
+
+
+@dataclasses.dataclass
+class Stage:
+    """One stage's numbers, in bytes (the same for each GPU of its TP group but the total):
+    layers [start, end), weights, activation, non-torch, CUDA graphs, its KV layout, and per GPU
+    the budget and KV blocks (``blocks``: the smallest over its GPUs)."""
+    stage: int
+    start: int
+    end: int
+    layout: object                  # vllm_memory.KvLayout of the stage's layers
+    w_layers: int
+    w_embed: int
+    w_head: int
+    act: int
+    a_forward: int
+    a_sampler: int
+    a_hidden: int
+    a_intermediate: int
+    graph: int
+    g_terms: Dict[str, int]
+    g_explain: str
+    tp_nccl: int
+    pp_nccl: int
+    inside_nt: int
+    charged: int
+    rows: List[StageGpu]
+    blocks: Optional[int]
+
+    @property
+    def layers(self):
+        return self.end - self.start
+
+    @property
+    def weights(self):
+        return self.w_layers + self.w_embed + self.w_head
+
+
 def _stage(setup, s, start, end, ms, util):
-    """One stage's numbers (the same for each GPU of its TP group but the total): a dict."""
+    """One stage's numbers (the same for each GPU of its TP group but the total): a Stage."""
     spec, tp, pp = setup.spec, setup.tp, setup.pp
     sub = stage_spec(spec, start, end)
     first, last = s == 0, s == pp - 1
-    layer_bytes = vm._cdiv(setup.layers_w * (end - start), setup.layer_divisor)
+    layer_bytes = ceil_div(setup.layers_w * (end - start), setup.layer_divisor)
     w_embed = setup.embedding if first else 0
     w_head = (setup.lm_head + setup.norm) if last else 0
     weights = layer_bytes + w_embed + w_head
@@ -257,22 +314,22 @@ def _stage(setup, s, start, end, ms, util):
             outside = dict(outside, pp_nccl_buffers=pp_nccl)
             resident += pp_nccl
             required += pp_nccl
-        rows.append(dict(gpu=gpu, cuda=cuda, total=total, budget=budget, kv_budget=kv_budget,
-                         blocks=blocks, outside=outside, resident=resident, required=required, ext=ext))
-    return dict(stage=s, start=start, end=end, layers=end - start, sub=sub, layout=layout,
-                weights=weights, w_layers=layer_bytes, w_embed=w_embed, w_head=w_head, act=act,
-                a_forward=a_terms['activation_forward_pass'], a_sampler=sampler, a_hidden=hidden,
-                a_intermediate=intermediate, graph=graph, g_terms=g_terms, g_explain=g_explain,
-                tp_nccl=tp_nccl, pp_nccl=pp_nccl, inside_nt=inside_nt, charged=charged, rows=rows,
-                blocks=min(r['blocks'] for r in rows) if util is not None else None)
+        rows.append(StageGpu(gpu=gpu, cuda=cuda, total=total, budget=budget, kv_budget=kv_budget,
+                             blocks=blocks, outside=outside, resident=resident, required=required, ext=ext))
+    return Stage(stage=s, start=start, end=end, layout=layout,
+                 w_layers=layer_bytes, w_embed=w_embed, w_head=w_head, act=act,
+                 a_forward=a_terms['activation_forward_pass'], a_sampler=sampler, a_hidden=hidden,
+                 a_intermediate=intermediate, graph=graph, g_terms=g_terms, g_explain=g_explain,
+                 tp_nccl=tp_nccl, pp_nccl=pp_nccl, inside_nt=inside_nt, charged=charged, rows=rows,
+                 blocks=min(r.blocks for r in rows) if util is not None else None)
 
 
 def _derived_util(setup, partition, ms):
     """min over GPUs of floor((total - what vLLM holds outside the budget - margin) / total)."""
     util = None
     for s, (start, end) in enumerate(stage_ranges(partition)):
-        for row in _stage(setup, s, start, end, ms, None)['rows']:
-            here = vm.floor_util(row['total'] - row['required'], row['total'])
+        for row in _stage(setup, s, start, end, ms, None).rows:
+            here = vm.floor_util(row.total - row.required, row.total)
             util = here if util is None else min(util, here)
     return util
 
@@ -280,7 +337,7 @@ def _derived_util(setup, partition, ms):
 def _evaluate(setup, partition, ms, util):
     stages = [_stage(setup, s, start, end, ms, util)
               for s, (start, end) in enumerate(stage_ranges(partition))]
-    usable = min(st['blocks'] for st in stages) - (1 if setup.acct.holds_null_block else 0)
+    usable = min(st.blocks for st in stages) - (1 if setup.acct.holds_null_block else 0)
     return stages, max(0, usable)
 
 
@@ -297,7 +354,7 @@ def _balanced_partition(setup, ms, util_for):
     free = []
     for s in range(pp):
         st = _stage(setup, s, 0, 1, ms, util)      # one layer: the fixed terms + one layer
-        free.append(max(1, min(r['budget'] for r in st['rows']) - st['charged'] + st['w_layers']))
+        free.append(max(1, min(r.budget for r in st.rows) - st.charged + st.w_layers))
     total_free = sum(free)
     shares = [n * f / total_free for f in free]
     partition = [max(1, int(x)) for x in shares]
@@ -312,7 +369,7 @@ def _balanced_partition(setup, ms, util_for):
         # leximin: the smallest stage's blocks first, then the next smallest, ... (so that two
         # stages tied at the minimum can be raised one move at a time)
         stages, _usable = _evaluate(setup, candidate, ms, util_for(candidate))
-        return tuple(sorted(st['blocks'] for st in stages))
+        return tuple(sorted(st.blocks for st in stages))
 
     best = score(partition)
     for _step in range(n * pp):
@@ -351,7 +408,7 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         if name in knobs:
             raise PlanInputError(name, 'is not modelled with pipeline parallelism (each stage has its '
                                  'own KV page size); leave it unset with pipeline_parallel_size')
-    pp = vm._int_knob(knobs, 'pipeline_parallel_size', 1, MAX_PIPELINE_PARALLEL)
+    pp = vm.int_knob(knobs, 'pipeline_parallel_size', 1, MAX_PIPELINE_PARALLEL)
     partition_value = knobs.pop('pp_layer_partition', None)
     knobs.pop('pipeline_parallel_size', None)
     if pp is None:
@@ -371,12 +428,12 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
                              'V0 engine (the V1 engine takes it with the default executor from %s), '
                              'which this planner does not model' % (
                                  version, prof.version_tuple_text(prof.PIPELINE_V1_SINCE)))
-    vm._check_spec(spec)
+    vm.check_vllm_spec(spec)
     for kind in sorted(set(kind_of(k) for k in spec.layer_kinds if kind_of(k).vllm_pipeline_refusal),
                        key=lambda kind: kind.name):
         raise PlanInputError('pipeline_parallel_size', '%s has %s layers: %s' % (
             spec.name, kind.label, kind.vllm_pipeline_refusal))
-    vm._check_traffic(traffic)
+    vm.check_traffic(traffic)
     if not gpus:
         raise PlanInputError('gpus', 'no GPUs given: vLLM needs at least one GPU')
     for position, gpu in enumerate(gpus):
@@ -394,11 +451,11 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
     tp_value = knobs.pop('tensor_parallel_size', None)
     if tp_value is None or (isinstance(tp_value, str) and tp_value.strip() == 'auto'):
         tp = max(1, len(gpus) // pp)
-        while tp > 1 and vm._tp_allowed(spec, tp):
+        while tp > 1 and vm.tp_refusal(spec, tp):
             tp -= 1
     else:
-        tp = vm._int_knob({'tensor_parallel_size': tp_value}, 'tensor_parallel_size', 1, 1024)
-        why = vm._tp_allowed(spec, tp)
+        tp = vm.int_knob({'tensor_parallel_size': tp_value}, 'tensor_parallel_size', 1, 1024)
+        why = vm.tp_refusal(spec, tp)
         if why:
             raise PlanInputError('tensor_parallel_size', '%s: %s' % (spec.name, why))
     if tp * pp > len(gpus):
@@ -411,11 +468,11 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
             raise PlanInputError('gpus', 'stage %d (GPUs %s) mixes %s: tensor parallelism inside a stage '
                                  'needs GPUs of one kind; order gpus so each stage of %d holds one kind' % (
                                      s, ', '.join(str(g.get('index', '?')) for g in stage),
-                                     ' and '.join('%s %s' % (name or '?', vm._gib(total)) for name, total in kinds),
+                                     ' and '.join('%s %s' % (name or '?', fmt_bytes(total)) for name, total in kinds),
                                      tp))
     if tp_value is not None and not (isinstance(tp_value, str) and tp_value.strip() == 'auto'):
         knobs['tensor_parallel_size'] = tp          # user-set: the reason says so
-    knobs = vm._checked_knobs(knobs, spec, version)
+    knobs = vm.checked_knobs(knobs, spec, version)
     return version, list(gpus[:tp * pp]), knobs, pp, tp, partition
 
 
@@ -456,159 +513,250 @@ def plan_vllm_pipeline(spec, gpus, traffic, knobs, backend_version):
     util = util_for(partition)
     stages, usable = _evaluate(setup, partition, ms, util)
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
-    seq_blocks = max(st['layout'].blocks_per_request(seq_tokens) for st in stages)
+    seq_blocks = max(st.layout.blocks_per_request(seq_tokens) for st in stages)
     if user_ms is None and usable // seq_blocks < ms:
         ms = max(1, usable // seq_blocks)
         stages, usable = _evaluate(setup, partition, ms, util)
-    return _plan(setup, spec, traffic, knobs, version, partition, partition_reason, util, user_util,
-                 ms, user_ms, stages, usable, seq_blocks, seq_tokens, max_model_len, len_reason,
-                 warnings, beyond_model, mixed, even)
+    return _plan(setup, _Chosen(
+        partition=partition, partition_reason=partition_reason, even=even, mixed=mixed, util=util,
+        user_util=user_util, ms=ms, user_ms=user_ms, stages=stages, usable=usable, seq_tokens=seq_tokens,
+        seq_blocks=seq_blocks, max_model_len=max_model_len, len_reason=len_reason, warnings=warnings,
+        beyond_model=beyond_model))
 
 
-def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, util, user_util, ms,
-          user_ms, stages, usable, seq_blocks, seq_tokens, max_model_len, len_reason, warnings,
-          beyond_model, mixed, even):
-    pp, tp = setup.pp, setup.tp
-    max_len_blocks = max(st['layout'].blocks_per_request(max_model_len) for st in stages)
-    hybrid = any(st['layout'].hybrid for st in stages)
-    concurrency = min(usable / st['layout'].blocks_per_request(max_model_len) for st in stages)
-    kv_tokens = int(concurrency * max_model_len) if hybrid else usable * setup.block_size
-    bound = min(stages, key=lambda st: st['blocks'])
+@dataclasses.dataclass
+class _Chosen:
+    """What plan_vllm_pipeline settled on: the partition and why, the utilization and
+    max_num_seqs (each the user's or derived), the stages evaluated with them and the engine's
+    usable KV blocks, max_model_len and the warnings so far."""
+    partition: List[int]
+    partition_reason: str
+    even: List[int]                 # vLLM's own split of the layers
+    mixed: bool                     # stages on cards of different kinds
+    util: float
+    user_util: Optional[float]
+    ms: int
+    user_ms: Optional[int]
+    stages: List[Stage]
+    usable: int                     # the engine's usable KV blocks (smallest stage, less the null block)
+    seq_tokens: int
+    seq_blocks: int
+    max_model_len: int
+    len_reason: str
+    warnings: List[str]
+    beyond_model: bool
+
+    @property
+    def partition_text(self):
+        return ','.join(str(n) for n in self.partition)
+
+
+def _uneven(setup, chosen):
+    return chosen.partition != [setup.spec.num_layers // setup.pp] * setup.pp
+
+
+def _plan(setup, chosen):
+    """The Plan of ``chosen``: per-GPU memory, per-stage summary, engine args and settings, each
+    value's reason, rules and warnings."""
+    stages, usable = chosen.stages, chosen.usable
+    bound, kv_tokens, concurrency, max_len_blocks = _engine_kv(setup, chosen)
     memory, not_fitting, stage_out = [], [], []
     vram_claim = system_reserved = 0
     charges_fit = True
     for st in stages:
-        layout = st['layout']
-        # every stage allocates the engine's block count (the null block included)
-        kv_alloc = bound['blocks'] * layout.bytes_per_block
-        for row in st['rows']:
-            gpu, total, budget = row['gpu'], row['total'], row['budget']
-            slack = total - budget
-            margin = vm.safety_margin_bytes(row['cuda'].nvml_total)
-            where = 'stage %d (GPU %s %s, layers %d-%d)' % (
-                st['stage'], gpu.get('index', '?'), gpu.get('name', '?'), st['start'], st['end'] - 1)
-            if st['charged'] >= budget:
-                charges_fit = False
-                not_fitting.append('%s: weights %s + activation %s + non-torch %s%s = %s exceed the budget '
-                                   '%s (total %s x util %g)' % (
-                                       where, vm._gib(st['weights']), vm._gib(st['act']),
-                                       vm._gib(st['inside_nt']),
-                                       (' + CUDA graphs %s' % vm._gib(st['graph'])) if setup.graphs_inside else '',
-                                       vm._gib(st['charged']), vm._gib(budget), vm._gib(total), util))
-            if slack < row['required']:
-                not_fitting.append('%s: outside the budget vLLM %s holds %s + profiler buffer %s + safety '
-                                   'margin %s = %s, more than total x (1 - %g) = %s' % (
-                                       where, version, ' + '.join('%s %s' % (k, vm._gib(v)) for k, v in
-                                                                  sorted(row['outside'].items())),
-                                       vm._gib(vm.PROFILER_UNDERESTIMATE_BYTES), vm._gib(margin),
-                                       vm._gib(row['required']), util, vm._gib(slack)))
-            terms = {
-                'weights_pp_layers': st['w_layers'], 'weights_pp_embedding': st['w_embed'],
-                'weights_pp_lm_head': st['w_head'],
-                'activation_forward_pass': st['a_forward'], 'activation_sampler_warmup': st['a_sampler'],
-                'activation_hidden_states': st['a_hidden'],
-                'activation_pp_intermediate_tensors': st['a_intermediate'],
-                'non_torch_growth': setup.non_torch_growth, 'tp_workspaces': setup.tp_workspace,
-                'nccl_buffers': st['tp_nccl'], 'pp_nccl_buffers': st['pp_nccl'],
-                'cuda_context': vm.CUDA_CONTEXT_BYTES,
-                'profiler_underestimate_buffer': vm.PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
-                'kv_budget': row['kv_budget'], 'kv_bytes_per_token': layout.bytes_per_token,
-                'kv_bytes_per_block': layout.bytes_per_block, 'kv_blocks_stage': row['blocks'],
-                'pp_stage': st['stage'], 'pp_stage_layers': st['layers'],
-                'outside_resident': row['resident'], 'outside_required': row['required'],
-                'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
-            }
-            if row['ext'] is not None:
-                terms['extensible_margin'] = row['ext']['margin']
-                terms['extensible_transient_peak'] = row['ext']['transient']
-            terms.update(st['g_terms'])
-            terms.update(('outside_' + name, size) for name, size in row['outside'].items())
-            explain = {
-                'total': 'CUDA-visible total of GPU %s (%s): %s [%s]' % (
-                    gpu.get('index', '?'), gpu.get('name', '?'), row['cuda'].explain, row['cuda'].source),
-                'budget': 'ceil(total x gpu_memory_utilization %g): one utilization for every stage' % util,
-                'weights': 'stage %d of %d: %d layers x (%s) = %s%s%s' % (
-                    st['stage'], pp, st['layers'], setup.w_explain, vm._gib(st['w_layers']),
-                    (' + embedding %s (first stage)' % vm._gib(st['w_embed'])) if st['w_embed'] else '',
-                    (' + %s %s (last stage)' % ('tied embedding as lm_head + final norm'
-                                                if spec.tie_word_embeddings else 'lm_head + final norm',
-                                                vm._gib(st['w_head']))) if st['w_head'] else ''),
-                'activation': ('forward pass %s%s%s (the profile run of this stage)' % (
-                    vm._gib(st['a_forward']),
-                    (' vs sampler warm-up %s + hidden states %s, the larger (last stage: it samples)' % (
-                        vm._gib(st['a_sampler']), vm._gib(st['a_hidden']))) if st['a_sampler'] else
-                    ' (no sampler: only the last stage samples)',
-                    (' + intermediate tensors received %s (%d x %d tokens x hidden %d x %d B)' % (
-                        vm._gib(st['a_intermediate']), INTERMEDIATE_TENSORS, setup.mnbt, spec.hidden_size,
-                        spec.dtype_bytes)) if st['a_intermediate'] else '')),
-                'non_torch': 'non-torch growth %s + TP workspaces %s%s' % (
-                    vm._gib(setup.non_torch_growth), vm._gib(setup.tp_workspace),
-                    '' if setup.acct.nccl_in_baseline else
-                    ' + NCCL buffers TP %s and PP %s (allocated after the snapshot in this version)' % (
-                        vm._gib(st['tp_nccl']), vm._gib(st['pp_nccl']))),
-                'nccl_buffers': 'TP group %s + PP group of %d stages %s (ring connections x channels x %s)' % (
-                    vm._gib(st['tp_nccl']), pp, vm._gib(st['pp_nccl']),
-                    vm._gib(vm.NCCL_BYTES_PER_CHANNEL_CONNECTION)),
-                'cuda_context': 'CUDA context + driver, outside torch (%s)' % vm.CUDA_CONTEXT.describe(),
-                'cuda_graph': st['g_explain'] + (' -- charged INSIDE the budget' if setup.graphs_inside
-                                                 else ' -- OUTSIDE the budget'),
-                'kv_cache': ('this stage fits %d blocks of %s (%d tokens x %d layers x %s per layer per '
-                             'token); vLLM gives every stage the smallest count, %d usable blocks '
-                             '(stage %d bounds it) -> %s resident here' % (
-                                 row['blocks'], vm._gib(layout.bytes_per_block), setup.block_size,
-                                 st['layers'], vm._gib(layout.bytes_per_token // max(1, st['layers'])),
-                                 usable, bound['stage'], vm._gib(kv_alloc))) + (
-                                     '; %s' % row['ext']['explain_kv'] if row['ext'] is not None else ''),
-                'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
-                            'safety margin %s' % (vm._gib(vm.PROFILER_UNDERESTIMATE_BYTES), vm._gib(margin)),
-            }
-            memory.append(GpuMemory(
-                index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
-                weights=st['weights'], activation=st['act'], non_torch=st['inside_nt'],
-                cuda_graph=st['graph'], kv_cache=kv_alloc, headroom=total - budget - row['resident'],
-                terms=terms, explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row['cuda'])))
-            vram_claim = max(vram_claim, budget + row['resident'])
-            system_reserved = max(system_reserved, row['required'])
-        stage_out.append(dict(
-            stage=st['stage'], gpus=[g.get('index', 0) for g in setup.stages[st['stage']]],
-            gpu_name=setup.stages[st['stage']][0].get('name', ''), layers=[st['start'], st['end']],
-            num_layers=st['layers'], weights_bytes=st['weights'], activation_bytes=st['act'],
-            non_torch_bytes=st['inside_nt'], cuda_graph_bytes=st['graph'],
-            kv_budget_bytes=min(r['kv_budget'] for r in st['rows']),
-            kv_bytes_per_token=st['layout'].bytes_per_token, kv_blocks=st['blocks'],
-            kv_cache_bytes=bound['blocks'] * st['layout'].bytes_per_block,
-            kv_tokens=max(0, st['blocks'] - 1) * setup.block_size,
-            explain='stage %d, GPU %s, layers %d-%d: weights %s + activation %s + non-torch %s%s leave %s of '
-                    'the budget %s for KV = %d blocks of %d tokens x %s per token' % (
-                        st['stage'], ','.join(str(g.get('index', '?')) for g in setup.stages[st['stage']]),
-                        st['start'], st['end'] - 1, vm._gib(st['weights']), vm._gib(st['act']),
-                        vm._gib(st['inside_nt']),
-                        (' + CUDA graphs %s' % vm._gib(st['graph'])) if setup.graphs_inside else '',
-                        vm._gib(min(r['kv_budget'] for r in st['rows'])),
-                        vm._gib(min(r['budget'] for r in st['rows'])), st['blocks'], setup.block_size,
-                        vm._gib(st['layout'].bytes_per_token))))
+        for row in st.rows:
+            gpu_memory, fits = _gpu_memory(setup, chosen, st, row, bound, not_fitting)
+            memory.append(gpu_memory)
+            charges_fit = charges_fit and fits
+            vram_claim = max(vram_claim, row.budget + row.resident)
+            system_reserved = max(system_reserved, row.required)
+        stage_out.append(_stage_entry(setup, st, bound))
+    not_fitting.extend(_engine_not_fitting(setup, chosen, bound, charges_fit, max_len_blocks))
+    feasible = not not_fitting
+    suggestions = [] if feasible else _suggestions(setup, chosen, charges_fit, kv_tokens)
+    settings = _settings(setup, chosen)
+    reasons = _reasons(setup, chosen)
+    environment, env_reasons = _environment(setup, chosen)
+    reasons.update(env_reasons)
+    if environment:
+        settings['environment'] = environment
+    return Plan(
+        backend='vllm', backend_version=setup.version.text, args=_args(setup, chosen), memory=memory,
+        kv_cache_tokens=kv_tokens, max_concurrency_at_max_len=round(concurrency, 2),
+        feasible=feasible, settings=settings, reasons=reasons,
+        warnings=_warnings(setup, chosen, feasible, bound),
+        not_fitting=not_fitting, suggestions=suggestions, rules=_rules(setup, bound, environment),
+        vram_claim_bytes=vram_claim, system_reserved_bytes=system_reserved,
+        pipeline=_pipeline_summary(setup, chosen, stage_out, bound, kv_tokens, environment),
+        kv_pool=KvPool(usable_blocks=usable, layouts=tuple(st.layout for st in stages)))
+
+
+def _engine_kv(setup, chosen):
+    """(bounding stage, engine KV tokens, concurrency at max_model_len, blocks of one
+    max_model_len sequence): the smallest stage's block count is every stage's."""
+    stages, usable, max_model_len = chosen.stages, chosen.usable, chosen.max_model_len
+    max_len_blocks = max(st.layout.blocks_per_request(max_model_len) for st in stages)
+    hybrid = any(st.layout.hybrid for st in stages)
+    concurrency = min(usable / st.layout.blocks_per_request(max_model_len) for st in stages)
+    kv_tokens = int(concurrency * max_model_len) if hybrid else usable * setup.block_size
+    bound = min(stages, key=lambda st: st.blocks)
+    return bound, kv_tokens, concurrency, max_len_blocks
+
+
+def _gpu_memory(setup, chosen, st, row, bound, not_fitting):
+    """(GpuMemory of one GPU of stage ``st``, every term in bytes and explained; whether the
+    stage's charged terms fit its budget there). What does not fit is added to ``not_fitting``."""
+    spec, version, pp, util, usable = setup.spec, setup.version, setup.pp, chosen.util, chosen.usable
+    layout = st.layout
+    # every stage allocates the engine's block count (the null block included)
+    kv_alloc = bound.blocks * layout.bytes_per_block
+    charges_fit = True
+    gpu, total, budget = row.gpu, row.total, row.budget
+    slack = total - budget
+    margin = vm.safety_margin_bytes(row.cuda.nvml_total)
+    where = 'stage %d (GPU %s %s, layers %d-%d)' % (
+        st.stage, gpu.get('index', '?'), gpu.get('name', '?'), st.start, st.end - 1)
+    if st.charged >= budget:
+        charges_fit = False
+        not_fitting.append('%s: weights %s + activation %s + non-torch %s%s = %s exceed the budget '
+                           '%s (total %s x util %g)' % (
+                               where, fmt_bytes(st.weights), fmt_bytes(st.act),
+                               fmt_bytes(st.inside_nt),
+                               (' + CUDA graphs %s' % fmt_bytes(st.graph)) if setup.graphs_inside else '',
+                               fmt_bytes(st.charged), fmt_bytes(budget), fmt_bytes(total), util))
+    if slack < row.required:
+        not_fitting.append('%s: outside the budget vLLM %s holds %s + profiler buffer %s + safety '
+                           'margin %s = %s, more than total x (1 - %g) = %s' % (
+                               where, version, ' + '.join('%s %s' % (k, fmt_bytes(v)) for k, v in
+                                                          sorted(row.outside.items())),
+                               fmt_bytes(vm.PROFILER_UNDERESTIMATE_BYTES), fmt_bytes(margin),
+                               fmt_bytes(row.required), util, fmt_bytes(slack)))
+    terms = {
+        'weights_pp_layers': st.w_layers, 'weights_pp_embedding': st.w_embed,
+        'weights_pp_lm_head': st.w_head,
+        'activation_forward_pass': st.a_forward, 'activation_sampler_warmup': st.a_sampler,
+        'activation_hidden_states': st.a_hidden,
+        'activation_pp_intermediate_tensors': st.a_intermediate,
+        'non_torch_growth': setup.non_torch_growth, 'tp_workspaces': setup.tp_workspace,
+        'nccl_buffers': st.tp_nccl, 'pp_nccl_buffers': st.pp_nccl,
+        'cuda_context': vm.CUDA_CONTEXT_BYTES,
+        'profiler_underestimate_buffer': vm.PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
+        'kv_budget': row.kv_budget, 'kv_bytes_per_token': layout.bytes_per_token,
+        'kv_bytes_per_block': layout.bytes_per_block, 'kv_blocks_stage': row.blocks,
+        'pp_stage': st.stage, 'pp_stage_layers': st.layers,
+        'outside_resident': row.resident, 'outside_required': row.required,
+        'nvml_total': row.cuda.nvml_total, 'driver_reserved': row.cuda.gap,
+    }
+    if row.ext is not None:
+        terms['extensible_margin'] = row.ext['margin']
+        terms['extensible_transient_peak'] = row.ext['transient']
+    terms.update(st.g_terms)
+    terms.update(('outside_' + name, size) for name, size in row.outside.items())
+    explain = {
+        'total': 'CUDA-visible total of GPU %s (%s): %s [%s]' % (
+            gpu.get('index', '?'), gpu.get('name', '?'), row.cuda.explain, row.cuda.source),
+        'budget': 'ceil(total x gpu_memory_utilization %g): one utilization for every stage' % util,
+        'weights': 'stage %d of %d: %d layers x (%s) = %s%s%s' % (
+            st.stage, pp, st.layers, setup.w_explain, fmt_bytes(st.w_layers),
+            (' + embedding %s (first stage)' % fmt_bytes(st.w_embed)) if st.w_embed else '',
+            (' + %s %s (last stage)' % ('tied embedding as lm_head + final norm'
+                                        if spec.tie_word_embeddings else 'lm_head + final norm',
+                                        fmt_bytes(st.w_head))) if st.w_head else ''),
+        'activation': ('forward pass %s%s%s (the profile run of this stage)' % (
+            fmt_bytes(st.a_forward),
+            (' vs sampler warm-up %s + hidden states %s, the larger (last stage: it samples)' % (
+                fmt_bytes(st.a_sampler), fmt_bytes(st.a_hidden))) if st.a_sampler else
+            ' (no sampler: only the last stage samples)',
+            (' + intermediate tensors received %s (%d x %d tokens x hidden %d x %d B)' % (
+                fmt_bytes(st.a_intermediate), INTERMEDIATE_TENSORS, setup.mnbt, spec.hidden_size,
+                spec.dtype_bytes)) if st.a_intermediate else '')),
+        'non_torch': 'non-torch growth %s + TP workspaces %s%s' % (
+            fmt_bytes(setup.non_torch_growth), fmt_bytes(setup.tp_workspace),
+            '' if setup.acct.nccl_in_baseline else
+            ' + NCCL buffers TP %s and PP %s (allocated after the snapshot in this version)' % (
+                fmt_bytes(st.tp_nccl), fmt_bytes(st.pp_nccl))),
+        'nccl_buffers': 'TP group %s + PP group of %d stages %s (ring connections x channels x %s)' % (
+            fmt_bytes(st.tp_nccl), pp, fmt_bytes(st.pp_nccl),
+            fmt_bytes(vm.NCCL_BYTES_PER_CHANNEL_CONNECTION)),
+        'cuda_context': 'CUDA context + driver, outside torch (%s)' % vm.CUDA_CONTEXT.describe(),
+        'cuda_graph': st.g_explain + (' -- charged INSIDE the budget' if setup.graphs_inside
+                                      else ' -- OUTSIDE the budget'),
+        'kv_cache': ('this stage fits %d blocks of %s (%d tokens x %d layers x %s per layer per '
+                     'token); vLLM gives every stage the smallest count, %d usable blocks '
+                     '(stage %d bounds it) -> %s resident here' % (
+                         row.blocks, fmt_bytes(layout.bytes_per_block), setup.block_size,
+                         st.layers, fmt_bytes(layout.bytes_per_token // max(1, st.layers)),
+                         usable, bound.stage, fmt_bytes(kv_alloc))) + (
+                             '; %s' % row.ext['explain_kv'] if row.ext is not None else ''),
+        'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
+                    'safety margin %s' % (fmt_bytes(vm.PROFILER_UNDERESTIMATE_BYTES), fmt_bytes(margin)),
+    }
+    return GpuMemory(
+        index=gpu.get('index', 0), name=gpu.get('name', ''), total=total, budget=budget,
+        weights=st.weights, activation=st.act, non_torch=st.inside_nt,
+        cuda_graph=st.graph, kv_cache=kv_alloc, headroom=total - budget - row.resident,
+        terms=terms, explain=explain, term_kinds=tk.term_kinds(tk.VLLM, terms, row.cuda)), charges_fit
+
+
+def _stage_entry(setup, st, bound):
+    """plan.pipeline.stages[s]: one stage's layers, terms and KV, in bytes."""
+    return dict(
+        stage=st.stage, gpus=[g.get('index', 0) for g in setup.stages[st.stage]],
+        gpu_name=setup.stages[st.stage][0].get('name', ''), layers=[st.start, st.end],
+        num_layers=st.layers, weights_bytes=st.weights, activation_bytes=st.act,
+        non_torch_bytes=st.inside_nt, cuda_graph_bytes=st.graph,
+        kv_budget_bytes=min(r.kv_budget for r in st.rows),
+        kv_bytes_per_token=st.layout.bytes_per_token, kv_blocks=st.blocks,
+        kv_cache_bytes=bound.blocks * st.layout.bytes_per_block,
+        kv_tokens=max(0, st.blocks - 1) * setup.block_size,
+        explain='stage %d, GPU %s, layers %d-%d: weights %s + activation %s + non-torch %s%s leave %s of '
+                'the budget %s for KV = %d blocks of %d tokens x %s per token' % (
+                    st.stage, ','.join(str(g.get('index', '?')) for g in setup.stages[st.stage]),
+                    st.start, st.end - 1, fmt_bytes(st.weights), fmt_bytes(st.act),
+                    fmt_bytes(st.inside_nt),
+                    (' + CUDA graphs %s' % fmt_bytes(st.graph)) if setup.graphs_inside else '',
+                    fmt_bytes(min(r.kv_budget for r in st.rows)),
+                    fmt_bytes(min(r.budget for r in st.rows)), st.blocks, setup.block_size,
+                    fmt_bytes(st.layout.bytes_per_token)))
+
+
+def _engine_not_fitting(setup, chosen, bound, charges_fit, max_len_blocks):
+    """What does not fit the engine as a whole: one max_model_len sequence, the model's length."""
+    spec, traffic, usable, max_model_len = setup.spec, setup.traffic, chosen.usable, chosen.max_model_len
+    beyond_model = chosen.beyond_model
+    not_fitting = []
     if charges_fit and usable < max_len_blocks:
         not_fitting.append('one %d-token sequence needs %d blocks but the smallest stage (stage %d, %d '
                            'layers on GPU %s) gives the engine %d usable blocks' % (
-                               max_model_len, max_len_blocks, bound['stage'], bound['layers'],
-                               ','.join(str(g.get('index', '?')) for g in setup.stages[bound['stage']]),
+                               max_model_len, max_len_blocks, bound.stage, bound.layers,
+                               ','.join(str(g.get('index', '?')) for g in setup.stages[bound.stage]),
                                usable))
     if beyond_model:
         not_fitting.append('requests need %d tokens, the model supports %d' % (
             traffic.tokens_per_sequence, spec.max_position_embeddings))
-    feasible = not not_fitting
+    return not_fitting
+
+
+def _suggestions(setup, chosen, charges_fit, kv_tokens):
+    """What would fit, for an infeasible plan."""
+    version, partition_reason, usable, mixed = setup.version, chosen.partition_reason, chosen.usable, chosen.mixed
     suggestions = []
-    if not feasible:
-        if partition_reason.startswith('set by the user'):
-            suggestions.append('leave pp_layer_partition unset: the planner balances the stages')
-        if charges_fit and setup.kv_dtype == 'auto' and 'fp8' in prof.kv_cache_dtype_choices(version):
-            suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
-        if charges_fit and usable:
-            suggestions.append('max_model_len <= %d (what the smallest stage holds)' % kv_tokens)
-        suggestions.append('a quantized checkpoint, or more stages / GPUs')
-        if mixed:
-            suggestions.append('backend llama-box / llama.cpp with layer offload (pipeline.offload_comparison)')
-    uneven = partition != [spec.num_layers // pp] * pp
+    if partition_reason.startswith('set by the user'):
+        suggestions.append('leave pp_layer_partition unset: the planner balances the stages')
+    if charges_fit and setup.kv_dtype == 'auto' and 'fp8' in prof.kv_cache_dtype_choices(version):
+        suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
+    if charges_fit and usable:
+        suggestions.append('max_model_len <= %d (what the smallest stage holds)' % kv_tokens)
+    suggestions.append('a quantized checkpoint, or more stages / GPUs')
+    if mixed:
+        suggestions.append('backend llama-box / llama.cpp with layer offload (pipeline.offload_comparison)')
+    return suggestions
+
+
+def _args(setup, chosen):
+    """The engine's command-line flags."""
+    tp, pp, version, knobs = setup.tp, setup.pp, setup.version, setup.knobs
+    max_model_len, util, ms = chosen.max_model_len, chosen.util, chosen.ms
     args = [prof.render_flag('tensor_parallel_size', tp), prof.render_flag('pipeline_parallel_size', pp),
             prof.render_flag('max_model_len', max_model_len),
             prof.render_flag('gpu_memory_utilization', '%g' % util),
@@ -622,7 +770,13 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         args.append(prof.render_flag('block_size', setup.block_size))
     if setup.enforce_eager:
         args.append(prof.render_flag('enforce_eager'))
-    partition_text = ','.join(str(n) for n in partition)
+    return args
+
+
+def _settings(setup, chosen):
+    """plan.settings without the environment."""
+    tp, pp, version, partition = setup.tp, setup.pp, setup.version, chosen.partition
+    max_model_len, util, ms = chosen.max_model_len, chosen.util, chosen.ms
     settings = {'tensor_parallel_size': tp, 'pipeline_parallel_size': pp, 'pp_layer_partition': partition,
                 'max_model_len': max_model_len, 'max_num_seqs': ms, 'max_num_batched_tokens': setup.mnbt,
                 'kv_cache_dtype': setup.kv_dtype, 'block_size': setup.block_size,
@@ -630,6 +784,17 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
                 'gpu_memory_utilization': util}
     if prof.flag_available('swap_space', version):
         settings['swap_space'] = 0
+    return settings
+
+
+def _reasons(setup, chosen):
+    """Why each setting has its value (the environment's reasons are _environment's)."""
+    tp, pp, knobs, traffic = setup.tp, setup.pp, setup.knobs, setup.traffic
+    partition, partition_reason, even, partition_text = (
+        chosen.partition, chosen.partition_reason, chosen.even, chosen.partition_text)
+    util, user_util, ms, user_ms, usable = chosen.util, chosen.user_util, chosen.ms, chosen.user_ms, chosen.usable
+    seq_blocks, seq_tokens, len_reason = chosen.seq_blocks, chosen.seq_tokens, chosen.len_reason
+    uneven = _uneven(setup, chosen)
     reasons = dict(setup.reasons)
     reasons.update({
         'max_model_len': len_reason,
@@ -651,6 +816,14 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
         else 'auto (the model dtype)',
         'enable_chunked_prefill': 'on: prefill is split into max_num_batched_tokens chunks',
     })
+    return reasons
+
+
+def _environment(setup, chosen):
+    """(the engine's environment, reasons for it): the uneven partition, the CUDA device order on
+    mixed cards, the sampler's switches."""
+    knobs, uneven, mixed, partition_text = setup.knobs, _uneven(setup, chosen), chosen.mixed, chosen.partition_text
+    reasons = {}
     environment = {}
     if uneven:
         environment[prof.PP_LAYER_PARTITION_ENV] = partition_text
@@ -666,50 +839,63 @@ def _plan(setup, spec, traffic, knobs, version, partition, partition_reason, uti
     if sampler is not None:
         reasons['vllm_sampler'] = ('set by the user (%s): each stage charges that path\'s sampler warm-up%s' % (
             sampler, ''.join(' (%s=%s)' % item for item in sorted(prof.sampler_env(sampler, setup.version).items()))))
-    if environment:
-        settings['environment'] = environment
+    return environment, reasons
+
+
+def _rules(setup, bound, environment):
+    """The rules the plan applied, for people."""
+    version, pp = setup.version, setup.pp
     rules = list(setup.acct.rules) + [
         'vLLM %s: --pipeline-parallel-size %d runs the V1 engine (%s)' % (
             version, pp, prof.FLAGS['pipeline_parallel_size'].note),
         'pipeline stages: embedding on the first stage, lm_head + final norm on the last (a tied model '
         'builds the embedding there too); the sampler runs on the last stage only',
         'KV: every stage sizes its own pool; vLLM gives every stage the smallest block count, so the '
-        'smallest stage (here stage %d) bounds KV tokens and concurrency' % bound['stage'],
+        'smallest stage (here stage %d) bounds KV tokens and concurrency' % bound.stage,
     ]
     rules.extend('%s=%s set in the engine environment' % item for item in sorted(environment.items()))
+    return rules
+
+
+def _warnings(setup, chosen, feasible, bound):
+    """``chosen.warnings`` and what else a person should know before starting the engine."""
+    knobs, traffic, stages, warnings = setup.knobs, setup.traffic, chosen.stages, chosen.warnings
+    ms, seq_tokens = chosen.ms, chosen.seq_tokens
     if not feasible or 'max_num_seqs' in knobs:
         pass
     elif ms < traffic.max_concurrency:
         warnings.append('max_num_seqs %d is below the declared concurrency %d: the smallest stage (stage %d) '
                         'holds only %d sequences of %d tokens' % (
-                            ms, traffic.max_concurrency, bound['stage'], ms, seq_tokens))
+                            ms, traffic.max_concurrency, bound.stage, ms, seq_tokens))
     for st in stages:
-        for row in st['rows']:
-            free = row['gpu'].get('memory_free')
-            if isinstance(free, int) and not isinstance(free, bool) and free < row['budget']:
+        for row in st.rows:
+            free = row.gpu.get('memory_free')
+            if isinstance(free, int) and not isinstance(free, bool) and free < row.budget:
                 warnings.append('GPU %s has %s free now and vLLM needs %s free at startup (total x util): '
                                 'stage %d will not start unless that memory is released first' % (
-                                    row['gpu'].get('index', '?'), vm._gib(free), vm._gib(row['budget']),
-                                    st['stage']))
+                                    row.gpu.get('index', '?'), fmt_bytes(free), fmt_bytes(row.budget),
+                                    st.stage))
     warnings.append('pipeline parallelism: a request passes every stage in turn; decode latency is the '
                     'sum of the stages, throughput needs several requests in flight')
+    return warnings
+
+
+def _pipeline_summary(setup, chosen, stage_out, bound, kv_tokens, environment):
+    """plan.pipeline: stages, partition, the bounding stage; on mixed cards the llama-box
+    offload plan of the same model next to it."""
+    pp, tp, partition, even, usable = setup.pp, setup.tp, chosen.partition, chosen.even, chosen.usable
     pipeline = {
         'pipeline_parallel_size': pp, 'tensor_parallel_size': tp, 'partition': partition,
         'partition_default': even, 'environment': environment,
-        'stages': stage_out, 'bounding_stage': bound['stage'], 'engine_kv_blocks': usable,
+        'stages': stage_out, 'bounding_stage': bound.stage, 'engine_kv_blocks': usable,
         'engine_kv_tokens': kv_tokens,
         'rule': 'engine KV tokens = (min over stages of blocks_s - 1 null block) x block_size %d; '
                 'blocks_s = stage KV budget // (block_size x stage KV bytes per token)' % setup.block_size,
     }
-    if mixed:
-        pipeline['offload_comparison'] = offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, usable)
-    return Plan(
-        backend='vllm', backend_version=version.text, args=args, memory=memory,
-        kv_cache_tokens=kv_tokens, max_concurrency_at_max_len=round(concurrency, 2),
-        feasible=feasible, settings=settings, reasons=reasons, warnings=warnings,
-        not_fitting=not_fitting, suggestions=suggestions, rules=rules,
-        vram_claim_bytes=vram_claim, system_reserved_bytes=system_reserved, pipeline=pipeline,
-        kv_pool=KvPool(usable_blocks=usable, layouts=tuple(st['layout'] for st in stages)))
+    if chosen.mixed:
+        pipeline['offload_comparison'] = offload_comparison(setup.spec, setup, setup.traffic, kv_tokens, partition,
+                                                            stage_out, usable)
+    return pipeline
 
 
 # ---------------------------------------------------------------- the llama-box alternative
@@ -731,8 +917,6 @@ def comparison_quantization(spec):
 def offload_comparison(spec, setup, traffic, kv_tokens, partition, stage_out, usable):
     """llama-box's layer-offload plan of the same model on the same GPUs, side by side with the
     PP plan: layers, weights, KV bytes per GPU and KV tokens of each."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory as lm
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile as lprof
     gpus = [gpu for stage in setup.stages for gpu in stage]
     version = 'v%s' % prof.version_tuple_text(lprof.LLAMA_BOX_KNOWN_NEWEST)
     quantization, why = comparison_quantization(spec)
@@ -771,15 +955,15 @@ def report_lines(pipeline):
     if cmp:
         vllm_side = cmp['vllm']
         lines.append('compare vllm PP: layers per GPU %s, weights %s, KV %s, %d KV tokens' % (
-            vllm_side['layers'], ' / '.join(vm._gib(b) for b in vllm_side['weights_bytes']),
-            ' / '.join(vm._gib(b) for b in vllm_side['kv_cache_bytes']), vllm_side['kv_tokens']))
+            vllm_side['layers'], ' / '.join(fmt_bytes(b) for b in vllm_side['weights_bytes']),
+            ' / '.join(fmt_bytes(b) for b in vllm_side['kv_cache_bytes']), vllm_side['kv_tokens']))
         if cmp.get('error'):
             lines.append('compare %s %s offload: not planned (%s)' % (cmp['backend'], cmp['backend_version'],
                                                                       cmp['error']))
         else:
             lines.append('compare %s %s %s offload: layers per GPU %s, weights %s, KV %s, %d KV tokens%s' % (
                 cmp['backend'], cmp['backend_version'], cmp['quantization'], cmp['layers'],
-                ' / '.join(vm._gib(b) for b in cmp['weights_bytes']),
-                ' / '.join(vm._gib(b) for b in cmp['kv_cache_bytes']), cmp['kv_tokens'],
+                ' / '.join(fmt_bytes(b) for b in cmp['weights_bytes']),
+                ' / '.join(fmt_bytes(b) for b in cmp['kv_cache_bytes']), cmp['kv_tokens'],
                 '' if cmp['feasible'] else ' (does not fit: %s)' % '; '.join(cmp['not_fitting'])))
     return lines

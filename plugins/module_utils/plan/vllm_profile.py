@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
-from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, ceil_div
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import Fitted, source_rows_of
 
 # Supported: every release from the oldest one a GPUStack release pinned (gpustack 0.3.0:
@@ -208,13 +208,13 @@ class KvDtypeRule:
     note: str = ''
 
 
+FP8_KV_DTYPES = ('fp8', 'fp8_e4m3', 'fp8_e5m2')        # one byte per element in every version
 KV_CACHE_DTYPES = {rule.name: rule for rule in (
     KvDtypeRule('auto', None, None, 'the model dtype (2 B for bf16/fp16 checkpoints, also for '
                 'weight-quantized AWQ/GPTQ/FP8 models)'),
-    KvDtypeRule('fp8', None, 1), KvDtypeRule('fp8_e4m3', None, 1), KvDtypeRule('fp8_e5m2', None, 1),
+    *(KvDtypeRule(name, None, 1) for name in FP8_KV_DTYPES),
     KvDtypeRule('bfloat16', (0, 11, 0), 2), KvDtypeRule('float16', (0, 19, 0), 2),
 )}
-FP8_KV_DTYPES = ('fp8', 'fp8_e4m3', 'fp8_e5m2')
 # Accepted by vLLM but not modelled here (page sizes not verified, or not CUDA).
 KV_CACHE_DTYPES_NOT_MODELLED = {
     'fp8_inc': 'Intel Gaudi only',
@@ -487,7 +487,7 @@ def mxfp4_expert_padding(expert_bytes, expert_width):
     """Extra bytes vLLM allocates for MXFP4 experts whose width is not 256-aligned."""
     if not expert_bytes or not expert_width:
         return 0
-    padded = -(-expert_width // MXFP4_EXPERT_PAD_MULTIPLE) * MXFP4_EXPERT_PAD_MULTIPLE
+    padded = ceil_div(expert_width, MXFP4_EXPERT_PAD_MULTIPLE) * MXFP4_EXPERT_PAD_MULTIPLE
     return expert_bytes * padded // expert_width - expert_bytes
 
 
@@ -506,7 +506,7 @@ def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
         largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)
     elif accounting(version).capture_size_rule == 'v0_max_num_seqs':
         # V0 (_get_max_graph_batch_size): max_num_seqs padded to 1, 2, 4 or a multiple of 8
-        largest = max_num_seqs if max_num_seqs <= 2 else 4 if max_num_seqs <= 4 else -(-max_num_seqs // 8) * 8
+        largest = max_num_seqs if max_num_seqs <= 2 else 4 if max_num_seqs <= 4 else ceil_div(max_num_seqs, 8) * 8
     largest = max(1, min(largest, max_num_batched_tokens))
     return [s for s in (1, 2, 4) if s <= largest] + list(range(8, largest + 1, 8))
 
@@ -720,8 +720,8 @@ def mxfp4_marlin_expert_padding(expert_bytes, hidden_size, intermediate_size, tp
     per_rank = intermediate_size // tp
     if not per_rank:
         return 0
-    h_pad = -(-hidden_size // MARLIN_MXFP4_HIDDEN_MULTIPLE) * MARLIN_MXFP4_HIDDEN_MULTIPLE
-    i_pad = -(-per_rank // MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
+    h_pad = ceil_div(hidden_size, MARLIN_MXFP4_HIDDEN_MULTIPLE) * MARLIN_MXFP4_HIDDEN_MULTIPLE
+    i_pad = ceil_div(per_rank, MARLIN_MXFP4_INTERMEDIATE_MULTIPLE) * MARLIN_MXFP4_INTERMEDIATE_MULTIPLE
     rank_bytes = expert_bytes // tp
     return rank_bytes * h_pad * i_pad // (hidden_size * per_rank) - rank_bytes
 

@@ -21,6 +21,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profi
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import CATALOG
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import ModelSpecError, check_spec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import plan_vllm_engine
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 RTX4090_TOTAL = 25757220864        # NVML memory_total of an RTX 4090 (24564 MiB)
@@ -254,7 +255,7 @@ def test_vllm_before_0_10_2_is_refused_naming_the_release(version):
 
 def test_pipeline_stages_are_refused():
     with pytest.raises(PlanInputError) as raised:
-        plan_vllm(whisper(), rtx4090(2), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+        plan_vllm_engine(whisper(), rtx4090(2), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     assert raised.value.field == 'pipeline_parallel_size' and 'SupportsPP' in str(raised.value)
 
 

@@ -331,6 +331,60 @@ def test_pool_dequantizes_weights_only_without_int8_tensor_cores():
     assert old['pool.weight_f16_dequant'] >= 2 * 8192 * 28672
 
 
+# ggml-cuda has no MMQ kernel for IQ1_M (mmq.cu ggml_cuda_should_use_mmq): a long prompt
+# runs its weights through cuBLAS on an F16 copy even on an RTX 4090; IQ2_M's main type IQ2_S
+# and IQ3_M's IQ3_S have one (llama-quant.cpp llama_ftype_get_default_type).
+@pytest.mark.parametrize('file_type,main_type', [
+    ('MOSTLY_Q4_K_M', 'Q4_K'), ('MOSTLY_IQ1_M', 'IQ1_M'), ('MOSTLY_IQ2_M', 'IQ2_S'),
+    ('MOSTLY_IQ2_S', 'IQ2_XS'), ('MOSTLY_IQ3_M', 'IQ3_S'), ('MOSTLY_TQ1_0', 'TQ1_0'),
+    ('ALL_F32', 'F32'), ('MOSTLY_F16', 'F16'), ('file_type_99', None), ('GUESSED', None), (None, None)])
+def test_main_weight_type_of_file_types(file_type, main_type):
+    assert lm.main_weight_type(file_type) == main_type
+
+
+def test_every_gguf_file_type_has_a_main_weight_type():
+    gguf = pytest.importorskip('gguf')
+    ggml_types = set(t.name for t in gguf.GGMLQuantizationType)
+    for file_type in gguf.LlamaFileType:
+        if file_type.name != 'GUESSED':
+            assert lm.main_weight_type(file_type.name) in ggml_types, file_type.name
+
+
+def _pool_terms(file_type, gpu):
+    """Memory terms of the first GPU for LLAMA_70B as a GGUF file of ``file_type`` (Q4_K_M
+    tensor sizes: only the file type differs), 40 blocks offloaded, flash attention on (no KQ
+    copy, so the pool growth is the larger of the q8_1 activations and the F16 weight copy)."""
+    layout, _unused = lm.derive_gguf_layout(LLAMA_70B, 'Q4_K_M')
+    spec = dataclasses.replace(LLAMA_70B, gguf=dataclasses.replace(layout, file_type=file_type))
+    p = lm.plan_llamacpp(spec, [gpu], four_k(4), {'gpu_layers': 40, 'flash_attn': True},
+                         'llama-box', 'v0.0.171')
+    return p.memory[0].terms, p.memory[0].explain['cuda_pool_growth']
+
+
+def test_pool_dequantizes_weights_of_a_type_without_an_mmq_kernel_on_any_gpu():
+    iq1_m, why = _pool_terms('MOSTLY_IQ1_M', RTX4090)
+    # an FFN matrix (8192 x 28672) in F16; the output layer run for the host is Q5_K in an
+    # IQ1_M mix (MMQ), so not the 128256 x 8192 vocab matrix
+    assert 2 * 8192 * 28672 <= iq1_m.get('pool.weight_f16_dequant', 0) < 2 * 128256 * 8192
+    assert 'MMQ not used on compute capability 8.9 (IQ1_M has no MMQ kernel' in why
+    for mmq_file in ('MOSTLY_IQ2_M', 'MOSTLY_IQ3_M', 'MOSTLY_Q4_K_M'):
+        terms, why = _pool_terms(mmq_file, RTX4090)
+        assert 'pool.weight_f16_dequant' not in terms, mmq_file
+        assert iq1_m['cuda_pool_growth'] > terms['cuda_pool_growth'], mmq_file
+        assert why.endswith('MMQ used on compute capability 8.9')
+    # a file type the planner does not know is charged the copy
+    assert 'pool.weight_f16_dequant' in _pool_terms('file_type_99', RTX4090)[0]
+
+
+def test_pool_dequantizes_every_quantized_type_below_compute_capability_7_5():
+    v100 = dict(A6000, name='Tesla V100', compute_capability='7.0')
+    for file_type in ('MOSTLY_IQ1_M', 'MOSTLY_IQ2_M', 'MOSTLY_IQ3_M'):
+        terms, why = _pool_terms(file_type, v100)
+        assert 'pool.weight_f16_dequant' in terms, file_type
+        assert 'below 7.5: no int8 tensor cores' in why
+    assert 'pool.weight_f16_dequant' not in _pool_terms('MOSTLY_F16', v100)[0]
+
+
 def test_no_kv_offload_moves_kv_off_the_gpu():
     p = plan({'no_kv_offload': True, 'gpu_layers': 60})
     assert p.memory[0].kv_cache == 0 and '--no-kv-offload' in p.args

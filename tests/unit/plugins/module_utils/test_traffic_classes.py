@@ -333,7 +333,7 @@ def test_neither_single_class_options_nor_classes_is_refused():
 
 def test_parse_refuses_before_any_planning():
     with pytest.raises(PlanInputError) as raised:
-        tc.plan_traffic_classes(params([_cls(hours='99:99-00:00')]), resolve_model=pytest.fail)
+        tc.plan_traffic_classes(params([_cls(hours='99:99-00:00')]), build_plan, resolve_model=pytest.fail)
     assert raised.value.field == 'traffic_classes[0].hours'
 
 

@@ -19,8 +19,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import
     LAYER_FULL, LAYER_SLIDING, ModelSpec)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
-    SERVING_PLAN_ARGUMENT_SPEC, serving_plan_result)
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
+    SERVING_PLAN_ARGUMENT_SPEC, plan_vllm_engine, serving_plan_result)
 from ansible_collections.kvpin.fleet.plugins.modules import serving_plan as module
 
 A6000 = ('NVIDIA RTX A6000', 51527024640)
@@ -83,13 +82,13 @@ def test_default_partition_is_vllms_get_pp_indices(layers, pp, expected):
 
 # ------------------------------------------------------------------ PP=2 on 2 x 24 GB, by hand
 def test_14b_does_not_fit_one_4090():
-    plan = plan_vllm(qwen_14b(), gpus(RTX4090), TRAFFIC, {}, '0.11.0')
+    plan = plan_vllm_engine(qwen_14b(), gpus(RTX4090), TRAFFIC, {}, '0.11.0')
     assert not plan.feasible and 'exceed the budget' in plan.not_fitting[0]
 
 
 def test_pp2_on_two_4090s_stage_bytes_by_hand():
-    plan = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC,
-                     {'pipeline_parallel_size': 2, 'max_num_seqs': 4}, '0.11.0')
+    plan = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC,
+                            {'pipeline_parallel_size': 2, 'max_num_seqs': 4}, '0.11.0')
     assert plan.feasible, plan.not_fitting
     assert '--pipeline-parallel-size=2' in plan.args and '--tensor-parallel-size=1' in plan.args
     assert 'environment' not in plan.settings          # 48 layers split evenly: no env needed
@@ -122,8 +121,8 @@ def test_pp2_on_two_4090s_stage_bytes_by_hand():
 
 def test_pp_nccl_outside_the_budget_from_011_inside_before():
     knobs = {'pipeline_parallel_size': 2, 'max_num_seqs': 4}
-    new = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.11.0').memory[0]
-    old = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.10.2').memory[0]
+    new = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.11.0').memory[0]
+    old = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.10.2').memory[0]
     # one ring connection x 4 PCIe channels x 0.93 GiB / 32
     assert new.terms['pp_nccl_buffers'] == old.terms['pp_nccl_buffers'] == vm.nccl_buffer_bytes(2, RTX4090[0])
     assert new.terms['outside_pp_nccl_buffers'] == new.terms['pp_nccl_buffers']
@@ -140,7 +139,7 @@ def test_pp_nccl_outside_the_budget_from_011_inside_before():
 
 def test_remainder_split_is_pinned_in_the_environment():
     spec = qwen_14b(num_layers=47, layer_kinds=[LAYER_FULL] * 47)
-    plan = plan_vllm(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     assert plan.pipeline['partition'] == [24, 23] == plan.settings['pp_layer_partition']
     assert plan.settings['environment'] == {'VLLM_PP_LAYER_PARTITION': '24,23'}
     assert [g.terms['pp_stage_layers'] for g in plan.memory] == [24, 23]
@@ -148,7 +147,7 @@ def test_remainder_split_is_pinned_in_the_environment():
 
 def test_tied_embeddings_are_built_on_the_last_stage_too():
     spec = qwen_14b(tie_word_embeddings=True, weight_bytes=29540067328 - 1557135360)
-    plan = plan_vllm(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     first, last = plan.memory
     assert first.terms['weights_pp_embedding'] == 1557135360
     assert last.terms['weights_pp_lm_head'] == 1557135360 + 10240
@@ -158,11 +157,11 @@ def test_tied_embeddings_are_built_on_the_last_stage_too():
 # ------------------------------------------------------------------ mixed node: uneven partition
 def test_32b_needs_an_uneven_partition_on_a6000_plus_4090():
     knobs = {'pipeline_parallel_size': 2, 'max_model_len': 4096}
-    even = plan_vllm(qwen_32b(), MIXED, LONG_ONE, dict(knobs, pp_layer_partition=[32, 32]), '0.11.0')
+    even = plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, dict(knobs, pp_layer_partition=[32, 32]), '0.11.0')
     assert not even.feasible
     assert any(text.startswith('stage 1 (GPU 1 NVIDIA GeForce RTX 4090, layers 32-63)') and 'exceed the budget'
                in text for text in even.not_fitting), even.not_fitting
-    plan = plan_vllm(qwen_32b(), MIXED, LONG_ONE, knobs, '0.11.0')
+    plan = plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, knobs, '0.11.0')
     assert plan.feasible, plan.not_fitting
     partition = plan.pipeline['partition']
     assert sum(partition) == 64 and partition[0] > partition[1] >= 1
@@ -177,12 +176,12 @@ def test_32b_needs_an_uneven_partition_on_a6000_plus_4090():
     assert plan.kv_cache_tokens == (min(st['kv_blocks'] for st in stages) - 1) * 16
     # one layer moved either way leaves the smallest stage with fewer blocks
     for moved in ([partition[0] - 1, partition[1] + 1], [partition[0] + 1, partition[1] - 1]):
-        other = plan_vllm(qwen_32b(), MIXED, LONG_ONE, dict(knobs, pp_layer_partition=moved), '0.11.0')
+        other = plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, dict(knobs, pp_layer_partition=moved), '0.11.0')
         assert other.kv_cache_tokens <= plan.kv_cache_tokens
 
 
 def test_mixed_node_plan_carries_the_llama_box_offload_plan():
-    plan = plan_vllm(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 4096}, '0.11.0')
+    plan = plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 4096}, '0.11.0')
     cmp = plan.pipeline['offload_comparison']
     assert cmp['backend'] == 'llama-box' and cmp['quantization'] == 'F16'
     assert cmp['vllm']['layers'] == plan.pipeline['partition']
@@ -192,18 +191,18 @@ def test_mixed_node_plan_carries_the_llama_box_offload_plan():
     assert len(cmp['layers']) == 2 and sum(cmp['layers']) <= 64
     assert len(cmp['weights_bytes']) == len(cmp['kv_cache_bytes']) == 2 and cmp['kv_tokens'] > 0
     # identical cards: no comparison, no device-order pin
-    same = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    same = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     assert 'offload_comparison' not in same.pipeline
 
 
 def test_gpus_are_staged_in_index_order():
     swapped = [dict(MIXED[1]), dict(MIXED[0])]
-    plan = plan_vllm(qwen_32b(), swapped, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 4096}, '0.11.0')
+    plan = plan_vllm_engine(qwen_32b(), swapped, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 4096}, '0.11.0')
     assert [g.index for g in plan.memory] == [0, 1] and plan.memory[0].name == A6000[0]
 
 
 def test_no_partition_fits_names_the_stages_and_bytes():
-    plan = plan_vllm(llama_70b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(llama_70b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2}, '0.11.0')
     assert not plan.feasible
     assert any('stage' in text and 'GiB' in text and 'exceed the budget' in text for text in plan.not_fitting)
     assert plan.kv_cache_tokens == 0
@@ -232,8 +231,8 @@ def test_infeasible_pp_plan_fails_the_task_naming_the_stage():
 
 # ------------------------------------------------------------------ TP x PP
 def test_tp2_x_pp2_on_four_a6000s():
-    plan = plan_vllm(llama_70b(), gpus(A6000, A6000, A6000, A6000), TRAFFIC,
-                     {'pipeline_parallel_size': 2, 'tensor_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(llama_70b(), gpus(A6000, A6000, A6000, A6000), TRAFFIC,
+                            {'pipeline_parallel_size': 2, 'tensor_parallel_size': 2}, '0.11.0')
     assert plan.feasible, plan.not_fitting
     assert '--tensor-parallel-size=2' in plan.args and '--pipeline-parallel-size=2' in plan.args
     assert 'environment' not in plan.settings
@@ -247,20 +246,20 @@ def test_tp2_x_pp2_on_four_a6000s():
     assert plan.memory[0].terms['tp_workspaces'] == vm.TP_WORKSPACE_BYTES
     assert plan.pipeline['stages'][1]['gpus'] == [2, 3]
     assert plan.reasons['tensor_parallel_size'].startswith('set by the user (2 per stage)')
-    auto = plan_vllm(llama_70b(), gpus(A6000, A6000, A6000, A6000), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    auto = plan_vllm_engine(llama_70b(), gpus(A6000, A6000, A6000, A6000), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     assert auto.settings['tensor_parallel_size'] == 2 and 'GPUs given // stages' in auto.reasons['tensor_parallel_size']
 
 
 def test_tp_inside_a_stage_needs_one_kind():
     mixed4 = gpus(A6000, RTX4090, A6000, RTX4090)
     with pytest.raises(PlanInputError, match='stage 0 .* mixes') as err:
-        plan_vllm(llama_70b(), mixed4, TRAFFIC, {'pipeline_parallel_size': 2, 'tensor_parallel_size': 2}, '0.11.0')
+        plan_vllm_engine(llama_70b(), mixed4, TRAFFIC, {'pipeline_parallel_size': 2, 'tensor_parallel_size': 2}, '0.11.0')
     assert err.value.field == 'gpus'
 
 
 def test_pp1_is_the_plain_plan():
-    plain = plan_vllm(qwen_14b(), gpus(A6000), TRAFFIC, {}, '0.11.0')
-    one = plan_vllm(qwen_14b(), gpus(A6000), TRAFFIC, {'pipeline_parallel_size': 1}, '0.11.0')
+    plain = plan_vllm_engine(qwen_14b(), gpus(A6000), TRAFFIC, {}, '0.11.0')
+    one = plan_vllm_engine(qwen_14b(), gpus(A6000), TRAFFIC, {'pipeline_parallel_size': 1}, '0.11.0')
     assert one.args == plain.args and one.pipeline is None and one.kv_cache_tokens == plain.kv_cache_tokens
 
 
@@ -271,7 +270,7 @@ def test_sliding_window_model_stages_have_their_own_layout():
         vocab_size=256000, max_position_embeddings=8192, tie_word_embeddings=True, dtype_bytes=2,
         layer_kinds=[LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(42)],
         sliding_window=4096, param_count=9241705984, weight_bytes=18483411968)
-    plan = plan_vllm(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     stages = plan.pipeline['stages']
     assert [st['num_layers'] for st in stages] == [21, 21]
     max_len, usable = plan.settings['max_model_len'], plan.pipeline['engine_kv_blocks']
@@ -304,7 +303,7 @@ def test_sliding_window_model_stages_have_their_own_layout():
 ])
 def test_bad_partition_refused_naming_the_field(value, match):
     with pytest.raises(PlanInputError, match=match) as err:
-        plan_vllm(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'pp_layer_partition': value}, '0.11.0')
+        plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'pp_layer_partition': value}, '0.11.0')
     assert err.value.field == 'pp_layer_partition'
 
 
@@ -328,7 +327,7 @@ def test_partition_forms_accepted():
 ])
 def test_bad_pp_knobs_refused(knobs, version, field, match):
     with pytest.raises(PlanInputError, match=match) as err:
-        plan_vllm(qwen_32b(), MIXED, LONG_ONE, knobs, version)
+        plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, knobs, version)
     assert err.value.field == field
 
 
@@ -346,7 +345,7 @@ def test_bad_partition_through_the_task_names_the_field():
 
 def test_mixed_cards_without_pp_name_pipeline_parallelism():
     with pytest.raises(PlanInputError, match='pipeline_parallel_size') as err:
-        plan_vllm(qwen_32b(), MIXED, LONG_ONE, {}, '0.11.0')
+        plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, {}, '0.11.0')
     assert err.value.field == 'gpus'
 
 
@@ -372,7 +371,7 @@ def test_four_stage_mixed_partition_is_locally_best():
     spec = dataclasses.replace(llama_70b(), weight_bytes=70553706496, quantization='fp8')
     cards = gpus(A6000, A6000, RTX4090, RTX4090)
     knobs = {'pipeline_parallel_size': 4}
-    plan = plan_vllm(spec, cards, TRAFFIC, knobs, '0.11.0')
+    plan = plan_vllm_engine(spec, cards, TRAFFIC, knobs, '0.11.0')
     partition = plan.pipeline['partition']
     assert plan.feasible and sum(partition) == 80 and min(partition[:2]) > max(partition[2:])
     for i in range(4):
@@ -381,7 +380,7 @@ def test_four_stage_mixed_partition_is_locally_best():
                 moved = list(partition)
                 moved[i] -= 1
                 moved[j] += 1
-                other = plan_vllm(spec, cards, TRAFFIC, dict(knobs, pp_layer_partition=moved), '0.11.0')
+                other = plan_vllm_engine(spec, cards, TRAFFIC, dict(knobs, pp_layer_partition=moved), '0.11.0')
                 assert other.kv_cache_tokens <= plan.kv_cache_tokens, moved
 
 
@@ -390,7 +389,7 @@ def test_moe_with_leading_dense_layers_charges_every_layer_the_moe_average():
     # size, so each layer is charged all layer bytes / the 45 MoE layers (never less)
     spec = qwen_14b(num_experts=64, num_experts_per_tok=8, moe_intermediate_size=1408,
                     extra={'first_k_dense_replace': 3})
-    plan = plan_vllm(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    plan = plan_vllm_engine(spec, gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
     layers = 26425786368
     assert [g.terms['weights_pp_layers'] for g in plan.memory] == [-(-layers * 24 // 45)] * 2
     assert sum(g.terms['weights_pp_layers'] for g in plan.memory) > layers
@@ -424,13 +423,13 @@ def test_deploy_play_passes_the_plan_environment(tmp_path):
 def test_pp_from_091_and_startup_free_memory_warned():
     cards = gpus(RTX4090, RTX4090)
     cards[1]['memory_free'] = 10 * 1024 ** 3
-    plan = plan_vllm(qwen_14b(), cards, TRAFFIC, {'pipeline_parallel_size': 2}, '0.9.1')
+    plan = plan_vllm_engine(qwen_14b(), cards, TRAFFIC, {'pipeline_parallel_size': 2}, '0.9.1')
     assert plan.feasible and '--pipeline-parallel-size=2' in plan.args
     assert any(w.startswith('GPU 1 has 10.00 GiB free now') and 'stage 1' in w for w in plan.warnings)
 
 
 def test_short_kv_suggests_fp8_and_a_shorter_length():
-    plan = plan_vllm(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 32768}, '0.11.0')
+    plan = plan_vllm_engine(qwen_32b(), MIXED, LONG_ONE, {'pipeline_parallel_size': 2, 'max_model_len': 32768}, '0.11.0')
     assert not plan.feasible and 'one 32768-token sequence needs 2048 blocks' in plan.not_fitting[0]
     assert any(s.startswith('kv_cache_dtype=fp8') for s in plan.suggestions)
     assert 'max_model_len <= %d (what the smallest stage holds)' % plan.kv_cache_tokens in plan.suggestions
@@ -441,8 +440,8 @@ def test_pp_on_0_34_holds_no_more_kv_than_the_extensible_cache_leaves():
     warm-up less a >= 1 GiB margin: at a utilization that leaves less than the margin free, a
     stage's KV is the extensible figure, below the util budget's rest."""
     knobs = {'pipeline_parallel_size': 2, 'max_num_seqs': 4, 'gpu_memory_utilization': 0.99}
-    plan = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.34.0')
-    util_era = plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.33.0')
+    plan = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.34.0')
+    util_era = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, knobs, '0.33.0')
     for gpu in plan.memory:
         assert gpu.terms['extensible_margin'] >= 1 << 30
         util_rest = gpu.budget - gpu.weights - gpu.activation - gpu.non_torch - gpu.cuda_graph
@@ -450,3 +449,13 @@ def test_pp_on_0_34_holds_no_more_kv_than_the_extensible_cache_leaves():
         assert 'extensible KV cache (vLLM 0.34)' in gpu.explain['kv_cache']
     assert plan.kv_cache_tokens < util_era.kv_cache_tokens
     assert all('extensible_margin' not in gpu.terms for gpu in util_era.memory)
+
+
+def test_only_serving_plan_dispatches_pipeline_plans():
+    # vllm_memory.plan_vllm plans tensor parallelism only (it does not import vllm_pipeline);
+    # serving_plan.plan_vllm_engine, which build_plan plans through, picks the pipeline planner
+    with pytest.raises(PlanInputError) as raised:
+        vm.plan_vllm(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    assert raised.value.field == 'pipeline_parallel_size'
+    plan = plan_vllm_engine(qwen_14b(), gpus(RTX4090, RTX4090), TRAFFIC, {'pipeline_parallel_size': 2}, '0.11.0')
+    assert plan.pipeline['pipeline_parallel_size'] == 2

@@ -15,6 +15,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memor
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import resolve_model
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import plan_vllm_engine
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
 
 QWEN2_7B = 'Qwen/Qwen2-7B-Instruct'
@@ -106,10 +107,10 @@ def test_flashinfer_before_0_9_1_is_refused_naming_the_field(version):
 def test_the_knob_reaches_each_pipeline_stage_and_its_environment():
     spec = resolve_model(QWEN2_7B)
     knobs = dict(KNOBS, pipeline_parallel_size=2, tensor_parallel_size=1)
-    default = plan_vllm(spec, a100(2), TRAFFIC, knobs, '0.10.1.1')
-    flashinfer = plan_vllm(spec, a100(2), TRAFFIC, dict(knobs, vllm_sampler='flashinfer'), '0.10.1.1')
+    default = plan_vllm_engine(spec, a100(2), TRAFFIC, knobs, '0.10.1.1')
+    flashinfer = plan_vllm_engine(spec, a100(2), TRAFFIC, dict(knobs, vllm_sampler='flashinfer'), '0.10.1.1')
     assert flashinfer.settings['environment'][ENV] == '1'
     assert flashinfer.memory[-1].activation < default.memory[-1].activation
     with pytest.raises(PlanInputError) as err:
-        plan_vllm(spec, a100(2), TRAFFIC, dict(knobs, vllm_sampler='fast'), '0.10.1.1')
+        plan_vllm_engine(spec, a100(2), TRAFFIC, dict(knobs, vllm_sampler='fast'), '0.10.1.1')
     assert err.value.field == 'vllm_sampler'
