@@ -2,13 +2,12 @@
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
-
 
 class ModuleDocFragment(object):
     """Connection options of the modules that talk to GPUStack's management API; their argument
-    spec is gpustack_connection_argument_spec() in module_utils/gpustack_client.py."""
+    spec is gpustack_connection_argument_spec() in module_utils/gpustack/client.py. The api_version
+    choices are module_utils/gpustack/api.py API_VERSION_CHOICES, written out because Ansible reads
+    them as YAML (tests/unit/plugins/module_utils/test_gpustack_api.py checks that they agree)."""
 
     DOCUMENTATION = r'''
 options:

@@ -4,6 +4,8 @@
 """A small stdlib HTTP client for GPUStack's management API.
 
 - 2.x serves management routes under ``/v2``; 0.7.x under ``/v1`` (gpustack/routes/routes.py; docs/architecture.md).
+  The generations, the route of a resource and the detection rule are module_utils/gpustack/api.py's,
+  shared with the serving watchdog; this client brings the HTTP.
 - Auth is an API key sent as ``Authorization: Bearer``; the key never appears in a message.
 - Every failure is a GpustackApiError carrying the HTTP status (None when no answer came),
   the server's own message (GPUStack answers ``{"code","reason","message"}``; a 422 carries
@@ -30,9 +32,11 @@ import urllib.parse
 
 from ansible.module_utils.basic import env_fallback
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.api import (
+    API_VERSION_AUTO, API_VERSION_CHOICES, API_VERSIONS, ApiVersionError, detect_api_version, route,
+)
 from ansible_collections.kvpin.fleet.plugins.module_utils.http_deadline import Deadline
 
-API_VERSIONS = ('v1', 'v2')
 # Lists are paged (``page``, ``perPage``; answer ``{"items", "pagination"}``); 100 is the
 # server's default page size.
 PAGE_SIZE = 100
@@ -64,7 +68,7 @@ def gpustack_connection_argument_spec():
         validate_certs=dict(type='bool', default=True),
         ca_path=dict(type='path'),
         timeout=dict(type='int', default=30),
-        api_version=dict(type='str', choices=['auto'] + list(API_VERSIONS), default='auto'),
+        api_version=dict(type='str', choices=list(API_VERSION_CHOICES), default=API_VERSION_AUTO),
     )
 
 
@@ -240,7 +244,7 @@ class GpustackClient:
     ``timeout`` is the total time for one request, redirects included.
     """
 
-    def __init__(self, server_url, api_key, api_version='auto', validate_certs=True, ca_path=None,
+    def __init__(self, server_url, api_key, api_version=API_VERSION_AUTO, validate_certs=True, ca_path=None,
                  timeout=30):
         self.server_url = check_server_url(server_url)
         self._api_key = clean_api_key(api_key)
@@ -416,23 +420,29 @@ class GpustackClient:
         return self._api_version
 
     def detect_api_version(self):
-        """``v2`` when /v2/models exists (any answer but 404), else ``v1`` when /v1/models does."""
-        for version in ('v2', 'v1'):
-            try:
-                self.request('GET', '/%s/models' % version, query={'page': 1, 'perPage': 1})
-                return version
-            except GpustackApiError as error:
-                if error.status is None:
-                    raise
-                if error.status != 404:
-                    # 401/403 still prove the route exists; the real call reports the auth error.
-                    return version
-        raise GpustackApiError('GET', '/v2/models', 404,
-                               'neither /v2/models nor /v1/models exists: is this a GPUStack server?')
+        """``v2`` when /v2/models exists (any answer but 404), else ``v1`` when /v1/models does
+        (api.py detect_api_version). No answer at all is raised as it is; neither route there is
+        a GpustackApiError for the first path probed, with its 404."""
+        try:
+            return detect_api_version(self._probe_status)
+        except ApiVersionError as error:
+            path, status = error.probes[0]
+            raise GpustackApiError('GET', path, status, str(error)) from None
+
+    def _probe_status(self, path):
+        """The HTTP status of a one-item GET of ``path`` (200 for any success); a request that got
+        no answer (status None) raises."""
+        try:
+            self.request('GET', path, query={'page': 1, 'perPage': 1})
+        except GpustackApiError as error:
+            if error.status is None:
+                raise
+            # 401/403 still prove the route exists; the real call reports the auth error.
+            return error.status
+        return 200
 
     def path(self, resource, resource_id=None):
-        base = '/%s/%s' % (self.api_version, resource)
-        return base if resource_id is None else '%s/%s' % (base, resource_id)
+        return route(self.api_version, resource, resource_id)
 
     # -- resources ----------------------------------------------------------------------
 

@@ -10,8 +10,6 @@ deployment. Both return what ``gpustack_model_result`` returns: the module's res
 failure (``failed``, ``msg`` and the fields that name what failed), the API key masked in it.
 """
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.client import (
     ClientInputError, GpustackApiError, GpustackClient, gpustack_connection_argument_spec,

@@ -14,6 +14,10 @@ user names them (see worker_labels_wanted).
 
 from __future__ import annotations
 
+# SERVER_OWNED_MODEL_FIELDS (what a full-record PUT leaves out) lives in api.py with the other
+# API facts the watchdog shares; model_update_body uses it, and it stays importable from here.
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.api import SERVER_OWNED_MODEL_FIELDS
+
 # Names the scheduler reads from a model's env (gpustack==2.3.0, gpustack/
 # policies/utils.py get_vram_claim_from_model_env: int(value), bytes per GPU).
 VRAM_CLAIM_ENV = 'GPUSTACK_MODEL_VRAM_CLAIM'
@@ -41,14 +45,6 @@ MANAGED_FIELDS = (
 )
 # Fields that exist only in the 2.x API (0.7.x has no clusters).
 V2_ONLY_FIELDS = ('cluster_id',)
-
-# Server-owned status on a model read back from the API. They are not part of ModelUpdate
-# (2.3.0 schemas/models.py: "the frontend has to strip it by hand"), so a full-record PUT
-# leaves them out.
-SERVER_OWNED_MODEL_FIELDS = (
-    'id', 'created_at', 'updated_at', 'deleted_at', 'state', 'state_message', 'role_status',
-    'stale', 'degradations', 'restarting_since', 'has_stale_lora_instances', 'ready_replicas',
-)
 
 # Labels every 2.x worker sets on itself at registration (worker_manager._ensure_builtin_labels).
 # "replace" mode keeps them unless named, so that replacing labels never unbinds a

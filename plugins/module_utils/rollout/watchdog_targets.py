@@ -6,10 +6,10 @@ serving_watchdog role takes it. Pure data: unit-tested without Ansible."""
 
 from __future__ import annotations
 
-RUNTIMES = ('native', 'container')
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.api import API_VERSION_AUTO, API_VERSION_CHOICES
+
 # ``plans`` before planning (site.yml's probe): see watchdog_targets.
 PLANS_PENDING = 'pending'
-API_VERSIONS = ('auto', 'v1', 'v2')
 
 
 class WatchdogTargetError(ValueError):
@@ -56,7 +56,7 @@ def due_args(plan, at):
     return profiles[due]
 
 
-def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
+def watchdog_targets(deployments, server_url, api_key=None, api_version=API_VERSION_AUTO, worker_name=None,
                      worker_runtime='container', plans=None):
     """[{name, gpustack_deployment, gpustack_server, gpustack_api_key, gpustack_api_version,
     gpustack_worker_name, engine_runtime, gpu_indexes, metrics_path[, memory_limit_bytes,
@@ -80,9 +80,9 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version='auto', 
         return []
     if not isinstance(deployments, (list, tuple)):
         raise WatchdogTargetError('kvpin_deployments must be a list, got %s' % type(deployments).__name__)
-    if api_version not in API_VERSIONS:
+    if api_version not in API_VERSION_CHOICES:
         raise WatchdogTargetError('gpustack_api_version must be one of %s, got %r'
-                                  % (', '.join(API_VERSIONS), api_version))
+                                  % (', '.join(API_VERSION_CHOICES), api_version))
     runtime = 'native' if worker_runtime == 'native' else 'container'
     pending = plans == PLANS_PENDING
     if not pending and plans is not None and not isinstance(plans, (list, tuple)):
