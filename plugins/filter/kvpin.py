@@ -21,7 +21,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import
     gpu_ledger,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.gpu_summary import GpuSummaryError, gpu_summary
-from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import ManagedFileError, file_checks
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import ManagedFileError, file_checks, lifecycle
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     compare,
@@ -43,6 +43,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.facts.systemd_env impo
     env_names,
 )
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
+from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.api import API_VERSION_AUTO
 from ansible_collections.kvpin.fleet.plugins.module_utils.rollout.watchdog_targets import (
     WatchdogTargetError,
     due_args,
@@ -124,6 +125,16 @@ def kvpin_file_checks(table, paths_only=False):
         return file_checks(table, paths_only=paths_only)
     except ManagedFileError as exc:
         raise AnsibleFilterError('kvpin_file_checks: %s' % exc)
+
+
+def kvpin_managed_lifecycle(table, written=None):
+    """The restart, rollback and cleanup lists of a role's table of managed files, from its rows'
+    backup / restart / verify_unit columns; with ``written`` (the managed_files result) what that
+    write changed, replaced and created (module_utils/facts/managed_files.py)."""
+    try:
+        return lifecycle(table, written)
+    except ManagedFileError as exc:
+        raise AnsibleFilterError('kvpin_managed_lifecycle: %s' % exc)
 
 
 def kvpin_gpu_summary(gpus_fact, host, deployment_count=0):
@@ -218,7 +229,7 @@ def kvpin_due_args(plan, at):
         raise AnsibleFilterError('kvpin_due_args: %s' % exc)
 
 
-def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version='auto', worker_name=None,
+def kvpin_watchdog_targets(deployments, server_url, api_key=None, api_version=API_VERSION_AUTO, worker_name=None,
                            worker_runtime='container', plans=None):
     """One serving_watchdog target per deployment (module_utils/watchdog_targets.py)."""
     try:
@@ -238,6 +249,7 @@ class FilterModule(object):
             'kvpin_file_checks': kvpin_file_checks,
             'kvpin_gpu_ledger': kvpin_gpu_ledger,
             'kvpin_gpu_summary': kvpin_gpu_summary,
+            'kvpin_managed_lifecycle': kvpin_managed_lifecycle,
             'kvpin_mask_keys': kvpin_mask_keys,
             'kvpin_node_drift': kvpin_node_drift,
             'kvpin_pip_pins': kvpin_pip_pins,

@@ -3,8 +3,6 @@
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 DOCUMENTATION = r'''
 ---
@@ -101,6 +99,12 @@ options:
             M(kvpin.fleet.node_state), which checks a directory's entries.
         type: list
         elements: str
+      restart:
+        description:
+          - Not used here - accepted so a role passes its whole table, whose rows name the handler
+            a change of the file notifies (P(kvpin.fleet.kvpin_managed_lifecycle#filter) derives the
+            restarts from them and from this module's C(changed_paths)).
+        type: str
       validate:
         description:
           - Command run on the new content before it replaces the file, C(%s) standing for the
@@ -506,6 +510,7 @@ def main():
                 backup=dict(type='bool', default=False),
                 validate=dict(type='str'),
                 entries=dict(type='list', elements='str'),
+                restart=dict(type='str'),
                 verify_unit=dict(type='bool', default=False),
             )),
             executables=dict(type='list', elements='path', default=[]),

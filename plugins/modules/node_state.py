@@ -3,8 +3,6 @@
 # Copyright: kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 DOCUMENTATION = r'''
 ---
@@ -250,9 +248,13 @@ checks:
       drift:
         - "/etc/gpustack/config.yaml: mode 0644, wanted 0600"
         - "gpustack.service: ActiveState inactive (dead), wanted active"
+      drift_items:
+        - {object: /etc/gpustack/config.yaml, field: mode, want: "0600", got: "0644"}
+        - {object: gpustack.service, field: ActiveState, want: active, got: inactive}
     serving_watchdog:
       in_sync: true
       drift: []
+      drift_items: []
   contains:
     in_sync:
       description: Everything the check names matches.
@@ -266,9 +268,26 @@ checks:
           user kvpin-watchdog: missing; gpustack.service: not enabled (UnitFileState disabled);
           http://127.0.0.1:10150/healthz: status 503, wanted 200;
           gpustack 0.7.1 in /opt/gpustack/bin/python: installed 0.7.0."
+        - The lines are for people and may be reworded; decide on C(drift_items).
       returned: always
       type: list
       elements: str
+    drift_items:
+      description:
+        - The same differences as C(drift), in the same order, as data - what a role decides on
+          (never the text of a line). Each is C(object), C(field), C(want), C(got).
+        - C(object) is the file path, C(user NAME), C(group NAME), the unit name, the URL, or
+          C(NAME in PYTHON) for a Python package.
+        - C(field) is C(state) (the object exists, is of the wanted kind, can be read; C(got=missing)
+          where it does not exist), C(sha1), C(mode), C(owner), C(group), C(entries) (C(got) all the
+          names the directory holds) for a file; C(group), C(shell), C(home) for a user;
+          C(NeedDaemonReload), C(LoadState), C(UnitFileState) (C(want) C(enabled) or
+          C(not enabled)), C(ActiveState) (C(want) C(active) or C(not active)) for a unit;
+          C(status) for a URL; C(version) for a package.
+        - C(got) is null where the value could not be read (the line says why).
+      returned: always
+      type: list
+      elements: dict
 tries:
   description: How many times the checks were read (1 without O(wait_timeout)).
   returned: success
@@ -287,6 +306,14 @@ drift:
   sample:
     - "gpustack_worker: /etc/gpustack/config.yaml: mode 0644, wanted 0600"
     - "gpustack_worker: gpustack.service: ActiveState inactive (dead), wanted active"
+drift_items:
+  description: The C(drift_items) of all checks, in the order of RV(drift), each with its C(check) name added.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {check: gpustack_worker, object: /etc/gpustack/config.yaml, field: mode, want: "0600", got: "0644"}
+    - {check: gpustack_worker, object: gpustack.service, field: ActiveState, want: active, got: inactive}
 '''
 
 from ansible.module_utils.basic import AnsibleModule

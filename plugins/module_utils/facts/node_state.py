@@ -19,6 +19,11 @@ Drift lines name the object and both values where there are values, never file c
     http://127.0.0.1:10150/healthz: status 503, wanted 200
     gpustack 0.7.1 in /opt/gpustack/bin/python: installed 0.7.0
 
+Each line is a ``Drift``: the message is for people, and the same difference as data (its
+``item``: ``{object, field, want, got}``) is what the roles decide on, so rewording a message
+never changes what a role converges. ``got`` is None where the value could not be read (the
+message says why) and ``'missing'`` (field ``state``) where the object does not exist.
+
 Stdlib only (http_deadline, the one module_util it imports, too) and Python >= 3.8: this runs on
 the managed node.
 """
@@ -177,6 +182,33 @@ class UnitState:
         return self.properties.get(prop, '')
 
 
+class Drift(str):
+    """One drift line: the str is the human message (byte for byte what the module always
+    printed); ``item`` is the same difference as data, ``{object, field, want, got}``:
+
+    - object: the file path, ``user NAME``, ``group NAME``, the unit name, the URL, or
+      ``NAME in PYTHON`` for a package;
+    - field: ``state`` (exists / kind / readable), ``sha1``, ``mode``, ``owner``, ``group``,
+      ``entries``; a user's ``group``/``shell``/``home``; a unit's ``NeedDaemonReload``,
+      ``LoadState``, ``UnitFileState``, ``ActiveState``; ``status`` of a URL; ``version``;
+    - want / got: the wanted and the observed value (got None: could not be read)."""
+
+    def __new__(cls, message, obj=None, field_name=None, want=None, got=None):
+        line = super().__new__(cls, message)
+        line.item = {'object': obj, 'field': field_name, 'want': want, 'got': got}
+        return line
+
+    def __reduce__(self):
+        # copy/deepcopy/pickle keep the item (a str subclass would otherwise lose it).
+        return (Drift, (str(self), self.item['object'], self.item['field'], self.item['want'], self.item['got']))
+
+
+def drift_item(line):
+    """The item of a drift line (a copy); a plain string (no item) names no field."""
+    item = getattr(line, 'item', None)
+    return dict(item) if isinstance(item, dict) else {'object': None, 'field': None, 'want': None, 'got': None}
+
+
 @dataclass
 class CheckResult:
     name: str
@@ -185,6 +217,10 @@ class CheckResult:
     @property
     def in_sync(self):
         return not self.drift
+
+    @property
+    def drift_items(self):
+        return [drift_item(line) for line in self.drift]
 
 
 # -- input ---------------------------------------------------------------------------------
@@ -442,45 +478,56 @@ def observe_file(path, want_sha1=False, want_entries=False):
     return seen
 
 
+def _kind_state(kind):
+    """observe_file's kind ('a directory') as a state value ('directory')."""
+    return kind[2:] if isinstance(kind, str) and kind.startswith('a ') else kind
+
+
 def compare_file(spec, seen):
     """Drift lines for one FileSpec against what observe_file saw (None: not observed)."""
     path = spec.path
     if seen is None:
-        return ['%s: not observed' % path]
+        return [Drift('%s: not observed' % path, path, 'state', spec.state, None)]
     if seen.get('error'):
-        return ['%s: cannot be read (%s)' % (path, seen['error'])]
+        return [Drift('%s: cannot be read (%s)' % (path, seen['error']), path, 'state', spec.state, None)]
     kind = seen.get('kind')
     if kind == 'missing':
-        return [] if spec.state == 'absent' else ['%s: missing' % path]
+        return [] if spec.state == 'absent' else [Drift('%s: missing' % path, path, 'state', spec.state, 'missing')]
     if spec.state == 'absent':
-        return ['%s: exists (%s), wanted absent' % (path, kind)]
+        return [Drift('%s: exists (%s), wanted absent' % (path, kind), path, 'state', 'absent', _kind_state(kind))]
     wanted_kind = 'a file' if spec.state == 'file' else 'a directory'
     if kind != wanted_kind:
-        return ['%s: is %s, wanted %s' % (path, kind, wanted_kind)]
+        return [Drift('%s: is %s, wanted %s' % (path, kind, wanted_kind), path, 'state', spec.state, _kind_state(kind))]
 
     drift = []
     if spec.sha1 is not None:
         if seen.get('sha1_error'):
-            drift.append('%s: content cannot be read (%s)' % (path, seen['sha1_error']))
+            drift.append(Drift('%s: content cannot be read (%s)' % (path, seen['sha1_error']), path, 'sha1', spec.sha1, None))
         elif seen.get('sha1') is None:
-            drift.append('%s: content not observed' % path)
+            drift.append(Drift('%s: content not observed' % path, path, 'sha1', spec.sha1, None))
         elif seen['sha1'] != spec.sha1.lower():
-            drift.append('%s: content differs (sha1 %s wanted %s)' % (path, seen['sha1'], spec.sha1))
+            drift.append(Drift('%s: content differs (sha1 %s wanted %s)' % (path, seen['sha1'], spec.sha1),
+                               path, 'sha1', spec.sha1, seen['sha1']))
     if spec.mode is not None and seen.get('mode') != spec.mode:
-        drift.append('%s: mode %s, wanted %s' % (path, format_mode(seen['mode']), format_mode(spec.mode)))
+        drift.append(Drift('%s: mode %s, wanted %s' % (path, format_mode(seen['mode']), format_mode(spec.mode)),
+                           path, 'mode', format_mode(spec.mode), format_mode(seen['mode'])))
     if spec.owner is not None and seen.get('owner') != spec.owner:
-        drift.append('%s: owner %s, wanted %s' % (path, seen.get('owner'), spec.owner))
+        drift.append(Drift('%s: owner %s, wanted %s' % (path, seen.get('owner'), spec.owner),
+                           path, 'owner', spec.owner, seen.get('owner')))
     if spec.group is not None and seen.get('group') != spec.group:
-        drift.append('%s: group %s, wanted %s' % (path, seen.get('group'), spec.group))
+        drift.append(Drift('%s: group %s, wanted %s' % (path, seen.get('group'), spec.group),
+                           path, 'group', spec.group, seen.get('group')))
     if spec.entries is not None:
         if seen.get('entries_error'):
-            drift.append('%s: entries cannot be read (%s)' % (path, seen['entries_error']))
+            drift.append(Drift('%s: entries cannot be read (%s)' % (path, seen['entries_error']),
+                               path, 'entries', list(spec.entries), None))
         elif seen.get('entries') is None:
-            drift.append('%s: entries not observed' % path)
+            drift.append(Drift('%s: entries not observed' % path, path, 'entries', list(spec.entries), None))
         else:
             extra = sorted(set(seen['entries']) - set(spec.entries))
             if extra:
-                drift.append('%s: unexpected entries %s' % (path, ', '.join(extra)))
+                drift.append(Drift('%s: unexpected entries %s' % (path, ', '.join(extra)),
+                                   path, 'entries', list(spec.entries), sorted(set(seen['entries']))))
     return drift
 
 
@@ -515,14 +562,15 @@ def group_exists(name):
 def user_drift(spec, seen):
     """What differs between a UserSpec and observe_user()'s answer (None: missing)."""
     if not seen:
-        return ['user %s: missing' % spec.name]
-    return ['user %s: %s %s, want %s' % (spec.name, key, seen.get(key), getattr(spec, key))
+        return [Drift('user %s: missing' % spec.name, 'user ' + spec.name, 'state', 'present', 'missing')]
+    return [Drift('user %s: %s %s, want %s' % (spec.name, key, seen.get(key), getattr(spec, key)),
+                  'user ' + spec.name, key, getattr(spec, key), seen.get(key))
             for key in USER_ATTRIBUTES
             if getattr(spec, key) is not None and seen.get(key) != getattr(spec, key)]
 
 
 def group_drift(name, exists):
-    return [] if exists else ['group %s: missing' % name]
+    return [] if exists else [Drift('group %s: missing' % name, 'group ' + name, 'state', 'present', 'missing')]
 
 
 # -- systemd units -------------------------------------------------------------------------
@@ -598,24 +646,30 @@ def unit_drift(spec, state):
     """Drift lines for one UnitSpec given its UnitState."""
     name = spec.name
     if state.error:
-        return ['%s: state unknown (%s)' % (name, state.error)]
+        return [Drift('%s: state unknown (%s)' % (name, state.error), name, 'state', 'readable', None)]
     drift = []
     if state.get('NeedDaemonReload') == 'yes':
-        drift.append('%s: unit file changed on disk, needs daemon-reload' % name)
+        drift.append(Drift('%s: unit file changed on disk, needs daemon-reload' % name,
+                           name, 'NeedDaemonReload', 'no', 'yes'))
     load_state = state.get('LoadState')
     if (spec.enabled or spec.active) and load_state != 'loaded':
-        drift.append('%s: LoadState %s, wanted loaded' % (name, _shown(load_state)))
+        drift.append(Drift('%s: LoadState %s, wanted loaded' % (name, _shown(load_state)),
+                           name, 'LoadState', 'loaded', load_state))
     unit_file_state = state.get('UnitFileState')
     if spec.enabled is True and unit_file_state != ENABLED_AT_BOOT_UNIT_FILE_STATE:
-        drift.append('%s: not enabled (UnitFileState %s)' % (name, _shown(unit_file_state)))
+        drift.append(Drift('%s: not enabled (UnitFileState %s)' % (name, _shown(unit_file_state)),
+                           name, 'UnitFileState', ENABLED_AT_BOOT_UNIT_FILE_STATE, unit_file_state))
     elif spec.enabled is False and unit_file_state in ENABLED_UNIT_FILE_STATES:
-        drift.append('%s: enabled (UnitFileState %s), wanted not enabled' % (name, unit_file_state))
+        drift.append(Drift('%s: enabled (UnitFileState %s), wanted not enabled' % (name, unit_file_state),
+                           name, 'UnitFileState', 'not enabled', unit_file_state))
     active_state = state.get('ActiveState')
     described = '%s (%s)' % (_shown(active_state), _shown(state.get('SubState')))
     if spec.active is True and active_state != 'active':
-        drift.append('%s: ActiveState %s, wanted active' % (name, described))
+        drift.append(Drift('%s: ActiveState %s, wanted active' % (name, described),
+                           name, 'ActiveState', 'active', active_state))
     elif spec.active is False and active_state in RUNNING_ACTIVE_STATES:
-        drift.append('%s: ActiveState %s, wanted not active' % (name, described))
+        drift.append(Drift('%s: ActiveState %s, wanted not active' % (name, described),
+                           name, 'ActiveState', 'not active', active_state))
     return drift
 
 
@@ -656,9 +710,10 @@ def http_drift(spec, answer):
     """Drift lines for one HttpSpec given the (status, reason) http_status() observed."""
     status, reason = answer
     if status is None:
-        return ['%s: no answer (%s), wanted status %d' % (spec.url, reason, spec.status)]
+        return [Drift('%s: no answer (%s), wanted status %d' % (spec.url, reason, spec.status),
+                      spec.url, 'status', spec.status, None)]
     if status != spec.status:
-        return ['%s: status %d, wanted %d' % (spec.url, status, spec.status)]
+        return [Drift('%s: status %d, wanted %d' % (spec.url, status, spec.status), spec.url, 'status', spec.status, status)]
     return []
 
 
@@ -692,12 +747,13 @@ def package_drift(spec, found, reason):
     """Drift lines for one PythonPackageSpec given its interpreter's {name: version} (or the
     reason it gave none)."""
     what = '%s %s in %s' % (spec.name, spec.version or '(any version)', spec.python)
+    obj = '%s in %s' % (spec.name, spec.python)
     if found is None:
-        return ['%s: %s' % (what, reason)]
+        return [Drift('%s: %s' % (what, reason), obj, 'version', spec.version, None)]
     if found.get(spec.name) is None:
-        return ['%s: not installed' % what]
+        return [Drift('%s: not installed' % what, obj, 'state', 'present', 'missing')]
     if spec.version is not None and found[spec.name] != spec.version:
-        return ['%s: installed %s' % (what, found[spec.name])]
+        return [Drift('%s: installed %s' % (what, found[spec.name]), obj, 'version', spec.version, found[spec.name])]
     return []
 
 
@@ -838,9 +894,13 @@ def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=time.mo
 
 
 def summarize(results):
-    """CheckResults -> the module's return values: in_sync, checks, drift."""
+    """CheckResults -> the module's return values: in_sync, checks, drift, drift_items. The
+    lines are plain strings (for people); what a role decides on is ``drift_items`` (per check,
+    or all of them with the ``check`` each came from)."""
     return dict(
         in_sync=all(r.in_sync for r in results),
-        checks=dict((r.name, dict(in_sync=r.in_sync, drift=list(r.drift))) for r in results),
+        checks=dict((r.name, dict(in_sync=r.in_sync, drift=[str(line) for line in r.drift],
+                                  drift_items=r.drift_items)) for r in results),
         drift=['%s: %s' % (r.name, line) for r in results for line in r.drift],
+        drift_items=[dict(item, check=r.name) for r in results for item in r.drift_items],
     )

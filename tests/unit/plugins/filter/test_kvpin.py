@@ -59,14 +59,20 @@ def test_node_drift_on_the_controller_equals_node_state_on_the_node(tmp_path):
         'content differs (sha1 %s wanted %s)' % (hashlib.sha1(b'token: old\n').hexdigest(),
                                                  hashlib.sha1(b'token: new\n').hexdigest()),
         'mode 0644, wanted 0600']
+    # The same differences as items, what the roles decide on.
+    assert [(i['check'], i['field'], i['got']) for i in on_controller['drift_items']] == [
+        ('worker', 'sha1', hashlib.sha1(b'token: old\n').hexdigest()), ('worker', 'mode', '0644')]
+    assert on_controller['checks']['worker']['drift_items'][1] == {
+        'object': str(config), 'field': 'mode', 'want': '0600', 'got': '0644'}
     # The observation never carries the content, only its hash.
     assert 'token' not in json.dumps(observed)
 
     config.write_bytes(b'token: new\n')
     config.chmod(0o600)
     observed = json.loads(json.dumps(observe(parse_checks(_checks(tmp_path, b'whatever')))))
-    assert NODE_DRIFT(observed, wanted) == {'in_sync': True, 'checks': {'worker': {'in_sync': True, 'drift': []}},
-                                            'drift': []}
+    assert NODE_DRIFT(observed, wanted) == {'in_sync': True,
+                                            'checks': {'worker': {'in_sync': True, 'drift': [], 'drift_items': []}},
+                                            'drift': [], 'drift_items': []}
 
 
 def test_anything_not_observed_is_drift_never_in_sync(tmp_path):
@@ -79,6 +85,9 @@ def test_anything_not_observed_is_drift_never_in_sync(tmp_path):
         'kvpin-watchdog-a.service: state unknown (not observed)',
         'http://127.0.0.1:9/healthz: no answer (not observed), wanted status 200',
         'gpustack (any version) in /usr/bin/python3: not observed']
+    assert [(i['object'], i['field'], i['got']) for i in result['checks']['watchdog']['drift_items']] == [
+        ('kvpin-watchdog-a.service', 'state', None), ('http://127.0.0.1:9/healthz', 'status', None),
+        ('gpustack in /usr/bin/python3', 'version', None)]
     assert '%s: not observed' % (tmp_path / 'config.yaml') in result['checks']['worker']['drift']
 
 

@@ -7,6 +7,7 @@ and this interpreter's installed packages."""
 
 from __future__ import annotations
 
+import copy
 import grp
 import hashlib
 import http.server
@@ -452,22 +453,28 @@ def test_one_systemctl_call_for_the_units_of_all_checks(tmp_path):
     results = evaluate(checks, systemctl=str(systemctl))
     assert log.read_text().splitlines() == [
         'show --property=Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload -- ' + ' '.join(SHOWN_UNITS)]
+    inactive = {'object': 'gpustack.service', 'field': 'ActiveState', 'want': 'active', 'got': 'inactive'}
+    reload = {'object': 'kvpin-watchdog.service', 'field': 'NeedDaemonReload', 'want': 'no', 'got': 'yes'}
     assert summarize(results) == {
         'in_sync': False,
         'checks': {
-            'worker': {'in_sync': False, 'drift': ['gpustack.service: ActiveState inactive (dead), wanted active']},
-            'other': {'in_sync': False, 'drift': ['kvpin-watchdog.service: unit file changed on disk, needs daemon-reload']},
-            'same-unit-again': {'in_sync': True, 'drift': []},
+            'worker': {'in_sync': False, 'drift': ['gpustack.service: ActiveState inactive (dead), wanted active'],
+                       'drift_items': [inactive]},
+            'other': {'in_sync': False, 'drift': ['kvpin-watchdog.service: unit file changed on disk, needs daemon-reload'],
+                      'drift_items': [reload]},
+            'same-unit-again': {'in_sync': True, 'drift': [], 'drift_items': []},
         },
         'drift': ['worker: gpustack.service: ActiveState inactive (dead), wanted active',
                   'other: kvpin-watchdog.service: unit file changed on disk, needs daemon-reload'],
+        'drift_items': [dict(inactive, check='worker'), dict(reload, check='other')],
     }
 
 
 def test_no_units_no_systemctl(tmp_path):
     assert read_unit_states([], systemctl=str(tmp_path / 'missing')) == {}
     assert summarize(evaluate([CheckSpec(name='empty')], systemctl=str(tmp_path / 'missing'))) == {
-        'in_sync': True, 'checks': {'empty': {'in_sync': True, 'drift': []}}, 'drift': []}
+        'in_sync': True, 'checks': {'empty': {'in_sync': True, 'drift': [], 'drift_items': []}}, 'drift': [],
+        'drift_items': []}
 
 
 def test_unit_state_error_wins():
@@ -594,12 +601,22 @@ def test_evaluate_and_summarize(tmp_path, http_server):
     assert summarize(evaluate(checks)) == {
         'in_sync': False,
         'checks': {
-            'gpustack_worker': {'in_sync': True, 'drift': []},
+            'gpustack_worker': {'in_sync': True, 'drift': [], 'drift_items': []},
             'serving_watchdog': {'in_sync': False,
-                                 'drift': ['%s/watchdog.py: missing' % tmp_path, 'user kvpin-watchdog-missing: missing']},
+                                 'drift': ['%s/watchdog.py: missing' % tmp_path, 'user kvpin-watchdog-missing: missing'],
+                                 'drift_items': [
+                                     {'object': '%s/watchdog.py' % tmp_path, 'field': 'state', 'want': 'file',
+                                      'got': 'missing'},
+                                     {'object': 'user kvpin-watchdog-missing', 'field': 'state', 'want': 'present',
+                                      'got': 'missing'}]},
         },
         'drift': ['serving_watchdog: %s/watchdog.py: missing' % tmp_path,
                   'serving_watchdog: user kvpin-watchdog-missing: missing'],
+        'drift_items': [
+            {'check': 'serving_watchdog', 'object': '%s/watchdog.py' % tmp_path, 'field': 'state', 'want': 'file',
+             'got': 'missing'},
+            {'check': 'serving_watchdog', 'object': 'user kvpin-watchdog-missing', 'field': 'state',
+             'want': 'present', 'got': 'missing'}],
     }
 
 
@@ -749,3 +766,123 @@ def test_wait_bounds_name_the_option(timeout, delay, field_name):
 
 def test_wait_bounds_accept_the_edges():
     assert check_wait(0, 0.1) == (0.0, 0.1) and check_wait(3600, 300) == (3600.0, 300.0)
+
+
+# -- drift items: each difference as data, next to its line (issue 35) ---------------------
+
+_SHA_NODE = '1' * 40
+_SHA_WANT = '2' * 40
+_FILE = {'kind': 'a file', 'mode': 0o600, 'owner': 'root', 'group': 'root', 'sha1': _SHA_WANT}
+_DIR = {'kind': 'a directory', 'mode': 0o750, 'owner': 'root', 'group': 'kvpin-watchdog', 'entries': ['a.json']}
+_WANT_FILE = {'path': '/etc/x', 'sha1': _SHA_WANT, 'mode': '0600', 'owner': 'root', 'group': 'root'}
+_WANT_DIR = {'path': '/etc/d', 'state': 'directory', 'mode': '0750', 'owner': 'root', 'group': 'kvpin-watchdog',
+             'entries': ['a.json']}
+_PY = '/opt/venv/bin/python'
+
+
+def _unit_seen(file_state='disabled', active='inactive', load='loaded', reload='no'):
+    return {'properties': {'LoadState': load, 'UnitFileState': file_state, 'ActiveState': active,
+                           'SubState': 'dead', 'NeedDaemonReload': reload}, 'error': None}
+
+
+@pytest.mark.parametrize('check, observation, line, item', [
+    # files: missing, not observed, unreadable, another kind, content, mode, owner, group, entries
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': {'kind': 'missing'}}},
+     '/etc/x: missing', ('/etc/x', 'state', 'file', 'missing')),
+    ({'files': [_WANT_FILE]}, {},
+     '/etc/x: not observed', ('/etc/x', 'state', 'file', None)),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': {'error': 'Permission denied'}}},
+     '/etc/x: cannot be read (Permission denied)', ('/etc/x', 'state', 'file', None)),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': {'kind': 'a symlink', 'mode': 0o777, 'owner': 'root', 'group': 'root'}}},
+     '/etc/x: is a symlink, wanted a file', ('/etc/x', 'state', 'file', 'symlink')),
+    ({'files': [{'path': '/etc/x', 'state': 'absent'}]}, {'files': {'/etc/x': _FILE}},
+     '/etc/x: exists (a file), wanted absent', ('/etc/x', 'state', 'absent', 'file')),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': dict(_FILE, sha1=_SHA_NODE)}},
+     '/etc/x: content differs (sha1 %s wanted %s)' % (_SHA_NODE, _SHA_WANT), ('/etc/x', 'sha1', _SHA_WANT, _SHA_NODE)),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': dict(_FILE, sha1=None, sha1_error='Permission denied')}},
+     '/etc/x: content cannot be read (Permission denied)', ('/etc/x', 'sha1', _SHA_WANT, None)),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': dict(_FILE, mode=0o644)}},
+     '/etc/x: mode 0644, wanted 0600', ('/etc/x', 'mode', '0600', '0644')),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': dict(_FILE, owner='nobody')}},
+     '/etc/x: owner nobody, wanted root', ('/etc/x', 'owner', 'root', 'nobody')),
+    ({'files': [_WANT_FILE]}, {'files': {'/etc/x': dict(_FILE, group='adm')}},
+     '/etc/x: group adm, wanted root', ('/etc/x', 'group', 'root', 'adm')),
+    ({'files': [_WANT_DIR]}, {'files': {'/etc/d': dict(_DIR, entries=['a.json', 'old.json'])}},
+     '/etc/d: unexpected entries old.json', ('/etc/d', 'entries', ['a.json'], ['a.json', 'old.json'])),
+    ({'files': [_WANT_DIR]}, {'files': {'/etc/d': dict(_DIR, entries=None, entries_error='Permission denied')}},
+     '/etc/d: entries cannot be read (Permission denied)', ('/etc/d', 'entries', ['a.json'], None)),
+    # users and groups
+    ({'users': ['kvpin-watchdog']}, {'users': {'kvpin-watchdog': None}},
+     'user kvpin-watchdog: missing', ('user kvpin-watchdog', 'state', 'present', 'missing')),
+    ({'users': [{'name': 'w', 'shell': '/usr/sbin/nologin'}]},
+     {'users': {'w': {'group': 'w', 'shell': '/bin/bash', 'home': '/nonexistent'}}},
+     'user w: shell /bin/bash, want /usr/sbin/nologin', ('user w', 'shell', '/usr/sbin/nologin', '/bin/bash')),
+    ({'users': [{'name': 'w', 'home': '/nonexistent'}]}, {'users': {'w': {'group': 'w', 'shell': '/bin/sh', 'home': '/home/w'}}},
+     'user w: home /home/w, want /nonexistent', ('user w', 'home', '/nonexistent', '/home/w')),
+    ({'users': [{'name': 'w', 'group': 'w'}]}, {'users': {'w': {'group': 'users', 'shell': '/bin/sh', 'home': '/'}}},
+     'user w: group users, want w', ('user w', 'group', 'w', 'users')),
+    ({'groups': ['kvpin-watchdog']}, {'groups': {'kvpin-watchdog': False}},
+     'group kvpin-watchdog: missing', ('group kvpin-watchdog', 'state', 'present', 'missing')),
+    # units
+    ({'units': [{'name': 'a.service', 'enabled': True}]}, {'units': {'a.service': _unit_seen('enabled-runtime')}},
+     'a.service: not enabled (UnitFileState enabled-runtime)', ('a.service', 'UnitFileState', 'enabled', 'enabled-runtime')),
+    ({'units': [{'name': 'a.service', 'enabled': False}]}, {'units': {'a.service': _unit_seen('enabled')}},
+     'a.service: enabled (UnitFileState enabled), wanted not enabled',
+     ('a.service', 'UnitFileState', 'not enabled', 'enabled')),
+    ({'units': [{'name': 'a.service', 'active': True}]}, {'units': {'a.service': _unit_seen()}},
+     'a.service: ActiveState inactive (dead), wanted active', ('a.service', 'ActiveState', 'active', 'inactive')),
+    ({'units': [{'name': 'a.service', 'active': False}]}, {'units': {'a.service': _unit_seen(active='activating')}},
+     'a.service: ActiveState activating (dead), wanted not active', ('a.service', 'ActiveState', 'not active', 'activating')),
+    ({'units': [{'name': 'a.service'}]}, {'units': {'a.service': _unit_seen(reload='yes')}},
+     'a.service: unit file changed on disk, needs daemon-reload', ('a.service', 'NeedDaemonReload', 'no', 'yes')),
+    ({'units': [{'name': 'a.service', 'enabled': False}]}, {'units': {'a.service': {'error': 'systemctl not found'}}},
+     'a.service: state unknown (systemctl not found)', ('a.service', 'state', 'readable', None)),
+    # health URLs
+    ({'http': [{'url': 'http://127.0.0.1:10150/healthz'}]},
+     {'http': {'http://127.0.0.1:10150/healthz': {'status': 503, 'error': None}}},
+     'http://127.0.0.1:10150/healthz: status 503, wanted 200', ('http://127.0.0.1:10150/healthz', 'status', 200, 503)),
+    ({'http': [{'url': 'http://127.0.0.1:10150/healthz'}]},
+     {'http': {'http://127.0.0.1:10150/healthz': {'status': None, 'error': 'Connection refused'}}},
+     'http://127.0.0.1:10150/healthz: no answer (Connection refused), wanted status 200',
+     ('http://127.0.0.1:10150/healthz', 'status', 200, None)),
+    # package versions
+    ({'python_packages': [{'python': _PY, 'name': 'gpustack', 'version': '0.7.1'}]},
+     {'python_packages': {_PY: {'versions': {'gpustack': '0.7.0'}}}},
+     'gpustack 0.7.1 in %s: installed 0.7.0' % _PY, ('gpustack in %s' % _PY, 'version', '0.7.1', '0.7.0')),
+    ({'python_packages': [{'python': _PY, 'name': 'gpustack', 'version': '0.7.1'}]},
+     {'python_packages': {_PY: {'versions': {'gpustack': None}}}},
+     'gpustack 0.7.1 in %s: not installed' % _PY, ('gpustack in %s' % _PY, 'state', 'present', 'missing')),
+    ({'python_packages': [{'python': _PY, 'name': 'gpustack'}]},
+     {'python_packages': {_PY: {'error': 'interpreter missing'}}},
+     'gpustack (any version) in %s: interpreter missing' % _PY, ('gpustack in %s' % _PY, 'version', None, None)),
+])
+def test_each_drift_line_comes_with_its_item(check, observation, line, item):
+    [result] = compare(parse_checks([dict(check, name='c')]), observation)
+    want = dict(zip(('object', 'field', 'want', 'got'), item))
+    assert result.drift == [line]
+    assert result.drift_items == [want]
+    summary = summarize([result])
+    # The lines are plain strings, byte for byte as before; the items stand next to them.
+    assert summary['drift'] == ['c: ' + line] and type(summary['checks']['c']['drift'][0]).__name__ == 'str'
+    assert summary['checks']['c']['drift_items'] == [want]
+    assert summary['drift_items'] == [dict(want, check='c')]
+    json.dumps(summary)
+
+
+def test_an_in_sync_file_has_no_items():
+    [result] = compare(parse_checks([{'name': 'c', 'files': [_WANT_FILE, _WANT_DIR]}]),
+                       {'files': {'/etc/x': _FILE, '/etc/d': _DIR}})
+    assert result.in_sync and result.drift_items == []
+
+
+def test_several_differences_of_one_file_are_one_item_each_in_line_order():
+    [result] = compare(parse_checks([{'name': 'c', 'files': [_WANT_FILE]}]),
+                       {'files': {'/etc/x': dict(_FILE, mode=0o644, owner='nobody', sha1=_SHA_NODE)}})
+    assert [(i['field'], i['got']) for i in result.drift_items] == [('sha1', _SHA_NODE), ('mode', '0644'), ('owner', 'nobody')]
+    assert [line.split(': ', 1)[1].split(' ', 1)[0] for line in result.drift] == ['content', 'mode', 'owner']
+
+
+def test_a_drift_line_is_its_message_and_keeps_its_item_when_copied():
+    [line] = compare(parse_checks([{'name': 'c', 'files': [_WANT_FILE]}]), {'files': {'/etc/x': dict(_FILE, mode=0o644)}})[0].drift
+    assert line == '/etc/x: mode 0644, wanted 0600' and str(line) == line
+    assert copy.deepcopy(line).item == line.item == {'object': '/etc/x', 'field': 'mode', 'want': '0600', 'got': '0644'}

@@ -53,8 +53,8 @@ def test_matching_node_is_in_sync(tmp_path):
     assert result.get('failed') is not True, result
     assert result['changed'] is False
     assert result['in_sync'] is True
-    assert result['checks'] == {'gpustack_worker': {'in_sync': True, 'drift': []}}
-    assert result['drift'] == []
+    assert result['checks'] == {'gpustack_worker': {'in_sync': True, 'drift': [], 'drift_items': []}}
+    assert result['drift'] == [] and result['drift_items'] == []
 
 
 def test_mismatch_is_reported_per_check(tmp_path):
@@ -66,13 +66,17 @@ def test_mismatch_is_reported_per_check(tmp_path):
     ]})
     assert result['changed'] is False
     assert result['in_sync'] is False
+    mode = {'object': path, 'field': 'mode', 'want': '0600', 'got': '0644'}
+    user = {'object': 'user kvpin-no-such-user', 'field': 'state', 'want': 'present', 'got': 'missing'}
     assert result['checks'] == {
-        'gpustack_worker': {'in_sync': False, 'drift': ['%s: mode 0644, wanted 0600' % path]},
-        'serving_watchdog': {'in_sync': False, 'drift': ['user kvpin-no-such-user: missing']},
-        'empty': {'in_sync': True, 'drift': []},
+        'gpustack_worker': {'in_sync': False, 'drift': ['%s: mode 0644, wanted 0600' % path], 'drift_items': [mode]},
+        'serving_watchdog': {'in_sync': False, 'drift': ['user kvpin-no-such-user: missing'], 'drift_items': [user]},
+        'empty': {'in_sync': True, 'drift': [], 'drift_items': []},
     }
     assert result['drift'] == ['gpustack_worker: %s: mode 0644, wanted 0600' % path,
                                'serving_watchdog: user kvpin-no-such-user: missing']
+    # The same differences as data, each with its check: what the roles decide on.
+    assert result['drift_items'] == [dict(mode, check='gpustack_worker'), dict(user, check='serving_watchdog')]
 
 
 def test_content_difference_shows_hashes_only(tmp_path):
