@@ -19,14 +19,16 @@ at 50/200/2000 MiB/h with TTFT tracking the leak, and false recycles / alert epi
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py): the watchdog
+# package imports two of the collection's modules from there in a checkout.
+from _setup import ROOT  # noqa: E402  pylint: disable=wrong-import-position
+
 PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
 TRACES = os.path.join(ROOT, "tests", "traces")
 HOUR = 3600.0
@@ -35,11 +37,12 @@ MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "l
 
 
 def load_program():
-    spec = importlib.util.spec_from_file_location("kvpin_watchdog", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kvpin_watchdog"] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    """The watchdog program's package (the tests' loader, tests/watchdog_program.py)."""
+    tests_dir = os.path.join(ROOT, "tests")
+    if tests_dir not in sys.path:
+        sys.path.insert(0, tests_dir)
+    from watchdog_program import load_watchdog_program  # pylint: disable=import-error,import-outside-toplevel
+    return load_watchdog_program()
 
 
 def score(entry, decisions):

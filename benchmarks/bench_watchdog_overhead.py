@@ -71,7 +71,10 @@ import tempfile
 import time
 from typing import Dict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# First: makes ansible_collections.kvpin.fleet importable (benchmarks/_setup.py): the watchdog
+# package (load_daemon) imports two of the collection's modules from there in a checkout.
+from _setup import ROOT  # noqa: E402  pylint: disable=wrong-import-position
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(ROOT, "roles", "serving_watchdog", "files", "kvpin_watchdog.py")
 GiB = 1024 ** 3

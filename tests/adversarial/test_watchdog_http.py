@@ -257,11 +257,11 @@ def _switch_cfg(tmp_path, server_url):
                 http_timeout_seconds=2, profile_settle_seconds=0, restart_wait_seconds=0)
 
 
-def _switch_profile(wd, tmp_path, server_url):
+def _switch_profile(tmp_path, server_url):
     """`kvpin_watchdog.py switch-profile --profile b` as systemd runs it: (rc, stdout + stderr)."""
     path = tmp_path / "c.json"
     path.write_text(json.dumps(_switch_cfg(tmp_path, server_url)))
-    proc = subprocess.run([sys.executable, wd.__file__, "switch-profile", "--config", str(path), "--profile", "b"],
+    proc = subprocess.run([sys.executable, PROGRAM, "switch-profile", "--config", str(path), "--profile", "b"],
                           capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -280,13 +280,13 @@ def test_deeply_nested_json_is_a_malformed_answer_not_a_traceback(wd, attacker, 
     assert api.call("GET", "/v2/models", time.monotonic() + 5) == (200, None)
     with pytest.raises(wd.HTTPFailure, match="no items list in the answer"):
         api.find_model_id(time.monotonic() + 5)
-    rc, out = _switch_profile(wd, tmp_path, srv.url)
+    rc, out = _switch_profile(tmp_path, srv.url)
     assert rc == 1 and "Traceback" not in out and "RecursionError" not in out
     assert "no items list in the answer" in out
 
 
 @pytest.mark.parametrize("scenario", ["put_401_message", "put_307_location", "get_302_location", "message_cut"])
-def test_a_key_the_server_echoes_back_is_masked(wd, attacker, tmp_path, scenario):
+def test_a_key_the_server_echoes_back_is_masked(attacker, tmp_path, scenario):
     srv = attacker()
     _model_routes(srv)
     if scenario == "put_401_message":
@@ -297,7 +297,7 @@ def test_a_key_the_server_echoes_back_is_masked(wd, attacker, tmp_path, scenario
         srv.route("GET", "/v2/models", redirect("/x?token=" + API_KEY, 302))
     else:   # the key straddles the 300-character cut of the message: no prefix of it may survive
         srv.route("PUT", "/v2/models/1", json_body(401, {"message": "x" * 284 + API_KEY}))
-    rc, out = _switch_profile(wd, tmp_path, srv.url)
+    rc, out = _switch_profile(tmp_path, srv.url)
     assert rc == 1 and "Traceback" not in out
     assert API_KEY[:16] not in out, out
     assert "***" in out

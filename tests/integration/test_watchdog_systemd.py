@@ -26,10 +26,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lab_fleet  # noqa: E402
+from watchdog_program import stage_installed_program  # noqa: E402  pylint: disable=import-error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
-PROGRAM = os.path.join(ROLE, "files", "kvpin_watchdog.py")
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
 # The container of the lab node (scripts/lab.sh names it KVPIN_LAB_PREFIX + node).
 NODE = os.environ.get("KVPIN_WATCHDOG_LAB_NODE", os.environ.get("KVPIN_LAB_PREFIX", "") + "lab-mixed")
@@ -176,7 +176,11 @@ def lab(node, tmp_path_factory):
     units = []
     try:
         _sh("mkdir -p %s/tf" % BASE)
-        _podman("cp", PROGRAM, "%s:%s/kvpin_watchdog.py" % (NODE, BASE))
+        # The program as the role installs it: the launcher and its package directory (with the
+        # two modules shipped from the collection's plugins/module_utils).
+        launcher, package = stage_installed_program(tmp / "program")
+        _podman("cp", launcher, "%s:%s/kvpin_watchdog.py" % (NODE, BASE))
+        _podman("cp", package, "%s:%s/kvpin_watchdog_lib" % (NODE, BASE))
         (tmp / "workload.py").write_text(WORKLOAD)
         _podman("cp", str(tmp / "workload.py"), "%s:%s/workload.py" % (NODE, BASE))
         for name, (port, leak, growth) in workloads.items():

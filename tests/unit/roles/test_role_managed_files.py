@@ -38,6 +38,12 @@ UNSUPPORTED_WRITERS = ('ansible.builtin.template', 'ansible.builtin.lineinfile',
                        'community.general.ini_file', 'ansible.builtin.replace', 'ansible.builtin.get_url',
                        'ansible.builtin.unarchive')
 
+# The watchdog program's package as the role deploys it: every module of files/kvpin_watchdog_lib/
+# and the two files it shares with the collection (plugins/module_utils), shipped into it.
+WATCHDOG_PACKAGE_FILES = tuple(sorted(
+    [name for name in os.listdir(os.path.join(ROOT, 'roles', 'serving_watchdog', 'files', 'kvpin_watchdog_lib'))
+     if name.endswith('.py')] + ['http_deadline.py', 'gpustack_api.py']))
+
 ROLES = {
     'gpustack_worker': {
         'desired': 'gpustack_worker_desired_state',
@@ -319,8 +325,9 @@ def _edit(path, old, new):
 
 def test_a_task_writing_another_mode_than_declared_is_caught(tmp_path):
     role_dir = role_copy(tmp_path, 'gpustack_worker')
-    _edit(role_dir / 'tasks' / 'configure.yml', "_gpustack_worker_unit_file | combine({'backup': true,",
-          "_gpustack_worker_unit_file | combine({'mode': '0640', 'backup': true,")
+    _edit(role_dir / 'tasks' / 'configure.yml', 'files: "{{ _gpustack_worker_managed_files }}"',
+          "files: \"{{ _gpustack_worker_managed_files[:-1]"
+          " + [_gpustack_worker_managed_files[-1] | combine({'mode': '0640'})] }}\"")
     problems = disagreements(*declared_and_written(tmp_path, 'gpustack_worker'))
     assert problems == ["/etc/systemd/system/gpustack-worker.service: mode declared '0644', "
                         "task 'Configure | directories, config.yaml, worker environment and systemd unit' writes '0640'"]
@@ -452,6 +459,9 @@ def test_a_removed_target_takes_every_file_and_unit_it_was_declared_with(tmp_pat
     assert sorted(result['stopped_timers']) == ['kvpin-profile-switch-%s.timer' % name for name in sorted(names)]
     node_level = ('/usr/local/lib/kvpin', '/usr/local/lib/kvpin/kvpin_watchdog.py', '/var/lib/prometheus/node-exporter',
                   '/etc/tmpfiles.d/kvpin-watchdog.conf', '/run/kvpin-watchdog', '/etc/kvpin-watchdog')
+    # and the program's package: its directory, each of its files and the two it shares with the collection
+    package = '/usr/local/lib/kvpin/kvpin_watchdog_lib'
+    node_level += (package,) + tuple('%s/%s' % (package, name) for name in WATCHDOG_PACKAGE_FILES)
     per_target = {spec['path'] for spec in desired['files'] if spec['path'] not in node_level}
     # three configs, three units, one polkit rule, two key files, one switch service and its timer
     assert len(per_target) == 11

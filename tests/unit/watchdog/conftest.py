@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, kvpin.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Load the watchdog program (a stdlib-only script shipped by the role) by its path."""
+"""Load the watchdog program (the stdlib-only package kvpin_watchdog_lib the role ships) by its path."""
 from __future__ import annotations
 
 import json

@@ -110,14 +110,11 @@ def percentile(values: List[float], q: float) -> float:
 
 
 def main(argv):  # pragma: no cover - a report for humans
-    import importlib.util  # pylint: disable=import-outside-toplevel
     import time  # pylint: disable=import-outside-toplevel
-    program = os.path.join(os.path.dirname(TRACES), "..", "roles", "serving_watchdog", "files",
-                           "kvpin_watchdog.py")
-    spec = importlib.util.spec_from_file_location("kvpin_watchdog", program)
-    wd = importlib.util.module_from_spec(spec)
-    sys.modules["kvpin_watchdog"] = wd
-    spec.loader.exec_module(wd)
+    sys.path.insert(0, os.path.dirname(TRACES))   # tests/: its conftest puts the collection on sys.path
+    import conftest  # noqa: F401  pylint: disable=import-error,import-outside-toplevel,unused-import
+    from watchdog_program import load_watchdog_program  # pylint: disable=import-error,import-outside-toplevel
+    wd = load_watchdog_program()
     seeds = int(argv[1]) if len(argv) > 1 else 50
     over = dict(a.split("=", 1) for a in argv[2:])
     over = {k: float(v) for k, v in over.items()}

@@ -456,3 +456,34 @@ def test_tick_deadline_stays_below_half_of_watchdog_sec(wd):
     assert wd.tick_deadline(dict(wd.DEFAULTS, watchdog_sec=20)) == 9.0
     assert wd.tick_deadline(dict(wd.DEFAULTS, watchdog_sec=180)) == wd.DEFAULTS["tick_deadline_seconds"]
     assert wd.tick_deadline(dict(wd.DEFAULTS)) == wd.DEFAULTS["tick_deadline_seconds"]
+
+
+# gpustack_api_version auto: the collection's rule (plugins/module_utils/gpustack/api.py, shipped
+# into the package): v2 when /v2/models answers anything but 404, else v1 when /v1/models does.
+# The program's own rule took only a 2xx on /v2 for v2 and stopped on anything else (a 401).
+@pytest.mark.parametrize("statuses, expected", [
+    ({"/v2/models?perPage=1": 200}, "v2"),
+    ({"/v2/models?perPage=1": 401}, "v2"),
+    ({"/v2/models?perPage=1": 503}, "v2"),
+    ({"/v2/models?perPage=1": 404, "/v1/models?perPage=1": 200}, "v1"),
+    ({"/v2/models?perPage=1": 404, "/v1/models?perPage=1": 403}, "v1"),
+])
+def test_api_version_detection_is_the_collections_rule(wd, statuses, expected):
+    api = wd.GPUStackAPI(dict(wd.DEFAULTS, gpustack_server="http://127.0.0.1:9"))
+    asked = []
+
+    def call(method, path, _deadline, _payload=None):
+        asked.append((method, path))
+        return statuses[path], None
+    api.call = call
+    assert api.prefix(wd.time.monotonic() + 5) == "/" + expected
+    assert asked == [("GET", path) for path in statuses]
+    assert api.prefix(wd.time.monotonic() + 5) == "/" + expected and len(asked) == len(statuses)   # asked once
+
+
+def test_api_version_detection_without_either_route_fails_naming_both(wd):
+    api = wd.GPUStackAPI(dict(wd.DEFAULTS, gpustack_server="http://127.0.0.1:9"))
+    api.call = lambda method, path, deadline, payload=None: (404, None)
+    with pytest.raises(wd.HTTPFailure, match=r"cannot tell the API version: neither /v2/models nor /v1/models"):
+        api.prefix(wd.time.monotonic() + 5)
+    assert api.version is None

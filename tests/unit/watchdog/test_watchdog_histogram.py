@@ -134,7 +134,8 @@ def test_latency_lines_only_parse_keeps_every_sample_the_sensor_reads(wd, monkey
 
     reference = wd.LatencySensor(cfg)
     original = wd.parse_exposition
-    monkeypatch.setattr(wd, "parse_exposition", lambda body, names=None: original(body))   # parse everything
+    # parse everything (LatencySensor, in the package's sensors module, looks the parser up there)
+    monkeypatch.setattr(wd.sensors, "parse_exposition", lambda body, names=None: original(body))
     reference.from_text(0.0, text)
     expected = reference.from_text(60.0, text.replace("} 8.0\n", "} 30.0\n"))
     assert got == expected and got["ttft_p95"] is not None

@@ -210,3 +210,45 @@ def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, re
     # for the real target: it names the key file, never the key.
     config_sha1 = files["/etc/kvpin-watchdog/vllm-llama.json"]["sha1"]
     assert config_sha1 == hashlib.sha1((rendered / "vllm-llama-watchdog.json.j2").read_bytes()).hexdigest()
+
+
+def test_the_program_is_its_launcher_and_every_file_of_its_package(tmp_path):
+    """The role's table ships the launcher and one row per file of the package (its modules and
+    the two files it shares with the collection, from plugins/module_utils), each declared with
+    the sha1 of its source here; the package directory's row names exactly those files, and an
+    entry node_state saw beyond them (a dropped module, a __pycache__) is what configure.yml
+    removes."""
+    if not os.path.exists(PLAYBOOK):
+        pytest.skip("ansible-playbook not in .venv")
+    files_dir = os.path.join(ROLE, "files")
+    package = "/usr/local/lib/kvpin/kvpin_watchdog_lib"
+    sources = {"/usr/local/lib/kvpin/kvpin_watchdog.py": os.path.join(files_dir, "kvpin_watchdog.py"),
+               package + "/http_deadline.py": os.path.join(ROOT, "plugins", "module_utils", "http_deadline.py"),
+               package + "/gpustack_api.py": os.path.join(ROOT, "plugins", "module_utils", "gpustack", "api.py")}
+    for name in os.listdir(os.path.join(files_dir, "kvpin_watchdog_lib")):
+        if name.endswith(".py"):
+            sources["%s/%s" % (package, name)] = os.path.join(files_dir, "kvpin_watchdog_lib", name)
+    seen = ["__init__.py", "config.py", "old_module.py", "__pycache__"]
+    observed = {"in_sync": False, "drift": ["%s: unexpected entries __pycache__, old_module.py" % package],
+                "drift_items": [{"object": package, "field": "entries", "want": ["__init__.py"], "got": seen},
+                                {"object": "/etc/kvpin-watchdog", "field": "entries", "want": [], "got": ["x.json"]}]}
+    play = tmp_path / "play.yml"
+    play.write_text(desired_state_play(
+        ROLE, tmp_path, "{'files': serving_watchdog_desired_state.files, 'leftovers': _serving_watchdog_package_leftovers}"
+        " | to_json", public=True))
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps(dict(EXTRA, serving_watchdog_observed_state=observed)))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    proc = subprocess.run([PLAYBOOK, "-i", "localhost,", "-c", "local", "-e", "@%s" % extra, str(play)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads((tmp_path / "desired.json").read_text())
+    files = {spec["path"]: spec for spec in got["files"]}
+    program = {path: spec for path, spec in files.items() if path.startswith("/usr/local/lib/kvpin/kvpin_watchdog")}
+    assert sorted(program) == sorted(list(sources) + [package])
+    for path, source in sources.items():
+        with open(source, "rb") as handle:
+            assert program[path]["sha1"] == hashlib.sha1(handle.read()).hexdigest(), path
+        assert (program[path]["owner"], program[path]["mode"]) == ("root", "0644"), path
+    assert sorted(program[package]["entries"]) == sorted(os.path.basename(p) for p in sources if p.startswith(package))
+    assert sorted(got["leftovers"]) == ["__pycache__", "old_module.py"]

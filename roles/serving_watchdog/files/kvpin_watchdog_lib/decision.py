@@ -1,0 +1,517 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decision engine (shared by replay and daemon)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .config import DEFAULTS, GiB, HOUR, MiB
+from .stats import downsample, trend
+
+
+# ---------------------------------------------------------------------------
+# Decision engine (shared by replay and daemon).
+# ---------------------------------------------------------------------------
+@dataclass
+class Decision:
+    t: float
+    action: str                      # none | alert | recycle
+    reason: str
+    phase: str                       # warmup | collecting | evaluating | cooldown
+    diagnosis: Optional[str] = None  # leak_with_latency | leak_projected | memory_rising | latency_only | ...
+    memory_bytes: Optional[int] = None
+    slope_bytes_per_hour: Optional[float] = None
+    slope_lower_bytes_per_hour: Optional[float] = None
+    slope_upper_bytes_per_hour: Optional[float] = None
+    mk_p: Optional[float] = None
+    mk_z: Optional[float] = None
+    autocorrelation_factor: Optional[float] = None
+    new_high: Optional[bool] = None
+    window_points: int = 0
+    window_seconds: float = 0.0
+    ttft_p95: Optional[float] = None
+    ttft_slope: Optional[float] = None          # seconds per hour
+    ttft_slope_lower: Optional[float] = None
+    ttft_mk_p: Optional[float] = None
+    ttft_relative_rise: Optional[float] = None
+    preemptions_in_window: Optional[float] = None
+    projected_seconds_to_limit: Optional[float] = None
+    memory_limit_bytes: Optional[int] = None
+    rising_for_seconds: Optional[float] = None
+    recycles_in_storm_window: int = 0
+    suppressed_by: Optional[str] = None         # cooldown | storm_guard
+    corroboration: Dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for key, value in list(data.items()):
+            if isinstance(value, float):
+                data[key] = None if math.isnan(value) or math.isinf(value) else round(value, 6)
+        return json.dumps(data, sort_keys=False, separators=(",", ":"))
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _fmt_bytes(n: float) -> str:
+    if abs(n) >= GiB:
+        return "%.2f GiB" % (n / GiB)
+    return "%.1f MiB" % (n / MiB)
+
+
+class DecisionEngine:
+    """Fed samples one by one; returns a Decision per sample.
+
+    Rules (the field report's slow decay, docs/architecture.md):
+      memory rising + TTFT p95 rising          -> recycle (bookkeeping growth / fragmentation)
+      memory rising, limit within horizon      -> recycle (before the projected crossing)
+      memory rising, limit far                 -> alert
+      TTFT p95 rising, memory flat             -> alert only (placement / preemption)
+    "Memory rising" = Mann-Kendall significant AND Sen's lower slope bound above the
+    threshold AND the newest sub-window set a new high (a capped cache that levelled
+    off stops setting highs, so it is never recycled once flat).
+    """
+
+    def __init__(self, config: Optional[Dict[str, object]] = None, auto_commit: bool = True):
+        # auto_commit: a recycle decision counts as done (replay). The daemon passes False and
+        # calls commit_recycle() only when the actuator succeeded: a failed recycle (lock held,
+        # API error) is not counted and does not reset the trend, so it is retried.
+        self.auto_commit = auto_commit
+        cfg = dict(DEFAULTS)
+        if config:
+            cfg.update({k: v for k, v in config.items() if v is not None})
+        self.cfg = cfg
+        self.mem: deque = deque()           # (t, bytes) since the last (re)start
+        self.ttft: deque = deque()          # (t, p95)
+        self.preempt: deque = deque()       # (t, counter)
+        self.start_t: Optional[float] = None
+        self.last_t: Optional[float] = None
+        self.last_mem: Optional[float] = None
+        self.last_eval_t: Optional[float] = None
+        self.last_eval: Optional[Decision] = None
+        self.floors: deque = deque()        # (t, floor of the newest sub-window) per evaluation
+        self.floor_before_window: Optional[float] = None
+        self.rising_since: Optional[float] = None
+        self.recycle_times: deque = deque()
+        self.last_recycle_t: Optional[float] = None
+        self.season: deque = deque()        # (bucket end t, memory floor, TTFT p95 median) per hour
+        self.bucket: List[Tuple[float, float, Optional[float]]] = []
+
+    # -- state -------------------------------------------------------------
+    def restart(self, t: float) -> None:
+        """Forget the trend: a new process starts a new warm-up and window."""
+        self.mem.clear()
+        self.ttft.clear()
+        self.preempt.clear()
+        self.start_t = t
+        self.last_eval_t = None
+        self.last_eval = None
+        self.floors.clear()
+        self.floor_before_window = None
+        self.rising_since = None
+        self.season.clear()
+        self.bucket = []
+
+    def _trim(self, t: float) -> None:
+        horizon = t - float(self.cfg["window_seconds"])
+        for series in (self.mem, self.ttft, self.preempt):
+            while series and series[0][0] < horizon:
+                series.popleft()
+        storm_start = t - float(self.cfg["storm_window_seconds"])
+        while self.recycle_times and self.recycle_times[0] < storm_start:
+            self.recycle_times.popleft()
+
+    # -- main entry --------------------------------------------------------
+    def feed(self, t: float, mem_bytes: float, ttft_p95: Optional[float] = None,
+             preemptions: Optional[float] = None, restarted: bool = False,
+             corroboration: Optional[Dict[str, float]] = None) -> Decision:
+        cfg = self.cfg
+        drop = (self.last_mem is not None and self.last_mem > 0
+                and mem_bytes < self.last_mem * (1.0 - float(cfg["restart_drop_fraction"])))
+        if self.start_t is None or restarted or drop:
+            self.restart(t)
+        self.last_t, self.last_mem = t, mem_bytes
+        base = dict(t=t, memory_bytes=int(mem_bytes), ttft_p95=ttft_p95,
+                    memory_limit_bytes=cfg.get("memory_limit_bytes"),
+                    corroboration=dict(corroboration or {}))
+        age = t - self.start_t
+        if age < float(cfg["warmup_seconds"]):
+            reason = "warm-up after (re)start: %.0f of %.0f s" % (age, float(cfg["warmup_seconds"]))
+            if drop or restarted:
+                reason = "restart detected; " + reason
+            return Decision(action="none", reason=reason, phase="warmup",
+                            recycles_in_storm_window=len(self.recycle_times), **base)
+        self.mem.append((t, float(mem_bytes)))
+        self._season_add(t, float(mem_bytes), ttft_p95)
+        if ttft_p95 is not None and not math.isnan(ttft_p95):
+            self.ttft.append((t, float(ttft_p95)))
+        if preemptions is not None:
+            self.preempt.append((t, float(preemptions)))
+        self._trim(t)
+        span = self.mem[-1][0] - self.mem[0][0]
+        if span < float(cfg["min_window_seconds"]) or len(self.mem) < int(cfg["min_points"]):
+            return Decision(action="none", phase="collecting", window_points=len(self.mem),
+                            window_seconds=span,
+                            reason="collecting: %.0f of %.0f s clean history" % (
+                                span, float(cfg["min_window_seconds"])),
+                            recycles_in_storm_window=len(self.recycle_times), **base)
+        if (self.last_eval is not None and self.last_eval_t is not None
+                and t - self.last_eval_t < float(cfg["evaluate_every_seconds"])):
+            return self._repeat(base)
+        decision = self._evaluate(base)
+        self.last_eval_t, self.last_eval = t, decision
+        if decision.action == "recycle" and self.auto_commit:
+            self.commit_recycle(t)
+            decision.recycles_in_storm_window = len(self.recycle_times)
+        return decision
+
+    def commit_recycle(self, t: float) -> None:
+        """A recycle happened: count it (cooldown, storm guard); a new trend starts here."""
+        self.recycle_times.append(t)
+        self.last_recycle_t = t
+        self.restart(t)
+
+    def storm_guard_tripped(self) -> bool:
+        return len(self.recycle_times) >= int(self.cfg["storm_max_recycles"])
+
+    def _repeat(self, base: dict) -> Decision:
+        """Between evaluations, carry the last statistics; never repeat an action."""
+        prev = self.last_eval
+        data = asdict(prev)
+        data.update(base)
+        data.update(action="none", suppressed_by=None, window_points=len(self.mem),
+                    reason="between evaluations (every %ss); last: %s" % (
+                        self.cfg["evaluate_every_seconds"], prev.action),
+                    recycles_in_storm_window=len(self.recycle_times))
+        if prev.action == "alert":  # an alert condition persists until re-evaluated
+            data["action"] = "alert"
+            data["reason"] = prev.reason
+        return Decision(**data)
+
+    def _evaluate(self, base: dict) -> Decision:
+        cfg = self.cfg
+        t = base["t"]
+        t0 = self.mem[0][0]
+        pts = downsample([(x - t0, y) for x, y in self.mem], int(cfg["max_points"]))
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        mt = trend(xs, ys, float(cfg["confidence"]))
+        d = Decision(action="none", phase="evaluating", reason="", window_points=len(self.mem),
+                     window_seconds=self.mem[-1][0] - t0, **base)
+        d.recycles_in_storm_window = len(self.recycle_times)
+        if mt is None:
+            d.reason = "not enough points"
+            return d
+        d.slope_bytes_per_hour = mt.slope * HOUR
+        d.slope_lower_bytes_per_hour = mt.lower * HOUR
+        d.slope_upper_bytes_per_hour = mt.upper * HOUR
+        d.mk_p, d.mk_z, d.autocorrelation_factor = mt.p, mt.z, mt.variance_factor
+
+        # Capped-cache / burst guard on sub-window *floors* (25th percentiles): a leak is a ramp,
+        # so every sub-window's floor sits above the one before, and the newest floor is above
+        # every earlier floor since the (re)start by a margin. A cache that levelled off, a
+        # burst (a step that lifts peaks and one floor) or a daily swing that repeats fails it.
+        k = max(2, int(cfg["new_high_subwindows"]))
+        size = max(1, len(ys) // k)
+        floors = [_quantile(ys[len(ys) - (k - i) * size:len(ys) - (k - i - 1) * size], 0.25)
+                  for i in range(k)]
+        recent_floor = floors[-1]
+        earlier_best = max(floors[:-1] + ([self.floor_before_window] if self.floor_before_window else []))
+        margin = float(cfg["slope_threshold_bytes_per_hour"]) * (xs[-1] - xs[0]) / k / HOUR
+        ramp = all(floors[i + 1] > floors[i] for i in range(k - 1))
+        d.new_high = ramp and recent_floor > earlier_best + margin
+        self.floors.append((t, recent_floor))
+        while self.floors and self.floors[0][0] < t0:
+            self.floor_before_window = max(self.floor_before_window or 0.0, self.floors.popleft()[1])
+        recent_high = max(ys[-size:])
+
+        threshold = float(cfg["slope_threshold_bytes_per_hour"]) / HOUR
+        mem_trend = mt.p < float(cfg["mk_alpha"]) and mt.s > 0 and mt.lower > threshold
+        mem_rising = mem_trend and d.new_high
+
+        limit = cfg.get("memory_limit_bytes")
+        if limit and mt.slope > 0:
+            d.projected_seconds_to_limit = max(0.0, (float(limit) - recent_high) / mt.slope)
+
+        # TTFT trend over the same window.
+        ttft_rising = False
+        ttft_note = "no TTFT signal"
+        if len(self.ttft) >= int(cfg["ttft_min_points"]):
+            tpts = downsample([(x - t0, y) for x, y in self.ttft], int(cfg["max_points"]))
+            tt = trend([p[0] for p in tpts], [p[1] for p in tpts], float(cfg["confidence"]))
+            if tt is not None:
+                d.ttft_slope = tt.slope * HOUR
+                d.ttft_slope_lower = tt.lower * HOUR
+                d.ttft_mk_p = tt.p
+                start_level = tt.intercept + tt.slope * tpts[0][0]
+                end_level = tt.intercept + tt.slope * tpts[-1][0]
+                if start_level > 0:
+                    d.ttft_relative_rise = (end_level - start_level) / start_level
+                ttft_rising = (tt.p < float(cfg["mk_alpha"]) and tt.s > 0
+                               and tt.lower * HOUR > float(cfg["ttft_slope_threshold_seconds_per_hour"])
+                               and (d.ttft_relative_rise or 0.0) >= float(cfg["ttft_min_relative_rise"]))
+                ttft_note = "TTFT p95 slope %+.3f s/h (lower %+.3f, MK p=%.2g, rise %+.0f%%)" % (
+                    d.ttft_slope, d.ttft_slope_lower, tt.p, 100.0 * (d.ttft_relative_rise or 0.0))
+        if len(self.preempt) >= 2:
+            d.preemptions_in_window = max(0.0, self.preempt[-1][1] - self.preempt[0][1])
+
+        mem_note = "memory %s, slope %s/h (lower %s/h, MK p=%.2g, n/n*=%.2f, new high: %s)" % (
+            _fmt_bytes(base["memory_bytes"]), _fmt_bytes(d.slope_bytes_per_hour),
+            _fmt_bytes(d.slope_lower_bytes_per_hour), mt.p, mt.variance_factor,
+            "yes" if d.new_high else "no")
+        extra = []
+        if d.projected_seconds_to_limit is not None:
+            hours = d.projected_seconds_to_limit / HOUR
+            extra.append("limit %s projected in %.1f h" % (_fmt_bytes(float(limit)), hours))
+        if d.preemptions_in_window:
+            extra.append("%d preemptions in window" % d.preemptions_in_window)
+        for key, value in sorted(d.corroboration.items()):
+            extra.append("%s=%g" % (key, value))
+        tail = ("; " + "; ".join(extra)) if extra else ""
+
+        horizon = float(cfg["recycle_horizon_seconds"])
+        within = d.projected_seconds_to_limit is not None and d.projected_seconds_to_limit <= horizon
+        # A recycle needs the rise to hold at every evaluation for confirm_seconds (Prometheus
+        # `for:`): a burst or a short swing passes the test once, a leak keeps passing it.
+        # Hysteresis: entering needs the full test; staying needs a significant-ish slope above
+        # the threshold and a floor still setting highs, so a slow leak whose CI grazes the
+        # threshold is not reset each time, while a burst that passed stops counting.
+        still_rising = (mt.p < 10 * float(cfg["mk_alpha"]) and mt.slope > threshold
+                        and d.new_high)
+        if mem_rising and self.rising_since is None:
+            self.rising_since = t
+        elif not still_rising:
+            self.rising_since = None
+        confirmed = mem_rising and t - self.rising_since >= float(cfg["confirm_seconds"])
+        d.rising_for_seconds = 0.0 if self.rising_since is None else t - self.rising_since
+        evidence = Evidence(self, cfg, mem_trend=mem_trend, mem_rising=mem_rising, confirmed=confirmed,
+                            ttft_rising=ttft_rising, within=within, horizon=horizon,
+                            rising_for_seconds=d.rising_for_seconds, mem_note=mem_note,
+                            ttft_note=ttft_note, tail=tail)
+        for name, detect in DETECTORS:
+            found = detect(evidence)
+            if found is not None:
+                d.diagnosis = name
+                d.action, d.reason = found
+                break
+        if d.action == "recycle":
+            self._apply_policy(d, t)
+        return d
+
+    # -- slow decay: same hour, one season apart ---------------------------
+    def _season_add(self, t: float, mem: float, ttft: Optional[float]) -> None:
+        self.bucket.append((t, mem, ttft if ttft is not None and not math.isnan(ttft) else None))
+        if t - self.bucket[0][0] < float(self.cfg["season_bucket_seconds"]) - 1e-9:
+            return
+        mems = [b[1] for b in self.bucket]
+        ttfts = [b[2] for b in self.bucket if b[2] is not None]
+        self.season.append((t, _quantile(mems, 0.25),
+                            statistics.median(ttfts) if len(ttfts) >= max(3, len(self.bucket) // 3) else None))
+        self.bucket = []
+        keep = int(float(self.cfg["season_seconds"]) / float(self.cfg["season_bucket_seconds"])) \
+            + int(self.cfg["season_min_differences"]) + 2
+        while len(self.season) > keep:
+            self.season.popleft()
+
+    def seasonal_differences(self) -> Tuple[List[float], List[float]]:
+        """Memory-floor differences (bytes) and relative TTFT p95 differences between each of
+        the newest hourly buckets and the bucket one season before it."""
+        lag = int(round(float(self.cfg["season_seconds"]) / float(self.cfg["season_bucket_seconds"])))
+        rows = list(self.season)
+        mem_d, ttft_d = [], []
+        for i in range(lag, len(rows)):
+            old, new = rows[i - lag], rows[i]
+            if abs((new[0] - old[0]) - float(self.cfg["season_seconds"])) > float(self.cfg["season_bucket_seconds"]):
+                continue   # a gap in the history: not the same hour of the previous season
+            mem_d.append(new[1] - old[1])
+            if old[2] and new[2] is not None:
+                ttft_d.append(new[2] / old[2] - 1.0)
+        return mem_d, ttft_d
+
+    def seasonal_evidence(self) -> Optional[Dict[str, object]]:
+        """The slow-decay test (the same hours one season apart), or None with too few
+        differences: mem_up, ttft_up, the texts the reasons quote, season_h and m."""
+        cfg = self.cfg
+        m = int(cfg["season_min_differences"])
+        mem_d, ttft_d = self.seasonal_differences()
+        if len(mem_d) < m:
+            return None
+        per_season = float(cfg["slope_threshold_bytes_per_hour"]) * float(cfg["season_seconds"]) / HOUR
+        recent = mem_d[-m:]
+        # Higher than a season ago is not enough: a cache that filled up and levelled off is
+        # too, for a whole season. The newest hourly floor must still top the floors of 3 to 12
+        # hours before it by the threshold's 3 h worth (a swell's hour-to-hour wiggle is smaller).
+        rows = list(self.season)
+        bucket_h = float(cfg["season_bucket_seconds"]) / HOUR
+        near, far = max(1, int(round(3 / bucket_h))), max(2, int(round(12 / bucket_h)))
+        still = (len(rows) > far and rows[-1][1] > max(r[1] for r in rows[-far - 1:-near])
+                 + float(cfg["slope_threshold_bytes_per_hour"]) * 3)
+        mem_up = still and all(x > 0 for x in recent) and statistics.median(recent) > per_season
+        ttft_up = False
+        ttft_text = "TTFT p95 vs a season ago: too few readings"
+        if len(ttft_d) >= m:
+            recent_t = ttft_d[-m:]
+            ttft_up = all(x > 0 for x in recent_t) and statistics.median(recent_t) >= float(cfg["season_ttft_min_rise"])
+            ttft_text = "TTFT p95 %+.0f%% vs the same hours a season ago" % (100 * statistics.median(recent_t))
+        mem_text = "memory floor %s vs the same hours a season ago (needs > %s)" % (
+            _fmt_bytes(statistics.median(recent)), _fmt_bytes(per_season))
+        season_h = float(cfg["season_seconds"]) / HOUR
+        return {"mem_up": mem_up, "ttft_up": ttft_up, "mem_text": mem_text, "ttft_text": ttft_text,
+                "season_h": season_h, "m": m}
+
+    def _apply_policy(self, d: Decision, t: float) -> None:
+        cfg = self.cfg
+        if (self.last_recycle_t is not None
+                and t - self.last_recycle_t < float(cfg["cooldown_seconds"])):
+            d.action, d.suppressed_by = "alert", "cooldown"
+            d.reason = "recycle suppressed (cooldown %.0f s since last recycle): %s" % (
+                float(cfg["cooldown_seconds"]), d.reason)
+        elif len(self.recycle_times) >= int(cfg["storm_max_recycles"]):
+            d.action, d.suppressed_by = "alert", "storm_guard"
+            d.reason = "recycle suppressed (storm guard: %d recycles in %.1f h, alerting only): %s" % (
+                len(self.recycle_times), float(cfg["storm_window_seconds"]) / HOUR, d.reason)
+
+
+# ---------------------------------------------------------------------------
+# Detectors: one per diagnosis. Each reads what one evaluation found (Evidence) and answers
+# (action, reason) when its diagnosis applies, else None. DecisionEngine._evaluate tries them
+# in DETECTORS' order and the first answer is the diagnosis (a recycle then goes through the
+# cooldown and the storm guard).
+# ---------------------------------------------------------------------------
+class Evidence:
+    """What one evaluation found, as the detectors read it. "Memory rising" (mem_rising) is
+    the full test (Mann-Kendall, Sen's lower bound, a new floor high), mem_trend the slope test
+    without the new high; confirmed: rising for confirm_seconds; within: the limit is projected
+    within the horizon. season() is the slow-decay test, computed the first time a detector
+    asks (after the two recycles that need no season: as before, when neither applies)."""
+
+    _UNSET = object()
+
+    def __init__(self, engine: "DecisionEngine", cfg: Dict[str, object], **found: object):
+        self.engine = engine
+        self.cfg = cfg
+        self.mem_trend = bool(found["mem_trend"])
+        self.mem_rising = bool(found["mem_rising"])
+        self.confirmed = bool(found["confirmed"])
+        self.ttft_rising = bool(found["ttft_rising"])
+        self.within = bool(found["within"])
+        self.horizon = float(found["horizon"])
+        self.rising_for_seconds = found["rising_for_seconds"]
+        self.mem_note = str(found["mem_note"])
+        self.ttft_note = str(found["ttft_note"])
+        self.tail = str(found["tail"])
+        self._season = self._UNSET
+
+    def season(self) -> Optional[Dict[str, object]]:
+        if self._season is self._UNSET:
+            self._season = self.engine.seasonal_evidence()
+        return self._season
+
+
+Found = Optional[Tuple[str, str]]
+
+
+def detect_leak_with_latency(e: Evidence) -> Found:
+    if e.mem_rising and e.confirmed and e.ttft_rising:
+        return "recycle", ("memory and TTFT p95 rising together (host bookkeeping growth / "
+                           "fragmentation): %s; %s%s" % (e.mem_note, e.ttft_note, e.tail))
+    return None
+
+
+def detect_leak_projected(e: Evidence) -> Found:
+    if e.mem_rising and e.confirmed and e.within:
+        return "recycle", "memory rising, limit crossed within the %.1f h horizon: %s; %s%s" % (
+            e.horizon / HOUR, e.mem_note, e.ttft_note, e.tail)
+    return None
+
+
+def detect_slow_decay(e: Evidence) -> Found:
+    season = e.season()
+    if season is not None and season["mem_up"] and season["ttft_up"]:
+        return "recycle", ("slow decay: memory and TTFT p95 both above the same hours %.0f h ago for the "
+                           "last %d hours (a daily swell repeats, this does not): %s; %s; %s%s" % (
+                               season["season_h"], season["m"], season["mem_text"], season["ttft_text"],
+                               e.mem_note, e.tail))
+    return None
+
+
+def detect_leak_unconfirmed(e: Evidence) -> Found:
+    if e.mem_rising and not e.confirmed and (e.ttft_rising or e.within):
+        return "alert", "memory rising for %.0f of %.0f s needed before a recycle: %s; %s%s" % (
+            e.rising_for_seconds, float(e.cfg["confirm_seconds"]), e.mem_note, e.ttft_note, e.tail)
+    return None
+
+
+def detect_memory_rising(e: Evidence) -> Found:
+    if e.mem_rising:
+        return "alert", "memory rising without latency impact, limit not within %.1f h: %s; %s%s" % (
+            e.horizon / HOUR, e.mem_note, e.ttft_note, e.tail)
+    return None
+
+
+def detect_latency_with_memory_bump(e: Evidence) -> Found:
+    if e.ttft_rising and e.mem_trend:
+        return "alert", ("TTFT p95 and memory up, but the memory floor is not ramping (a burst or "
+                         "a plateau, not a leak): no recycle: %s; %s%s" % (e.ttft_note, e.mem_note, e.tail))
+    return None
+
+
+def detect_latency_only(e: Evidence) -> Found:
+    if e.ttft_rising:
+        return "alert", ("TTFT p95 rising with flat memory: placement or preemption, "
+                         "a recycle would not help: %s; %s%s" % (e.ttft_note, e.mem_note, e.tail))
+    return None
+
+
+def detect_memory_rising_over_season(e: Evidence) -> Found:
+    season = e.season()
+    if season is not None and season["mem_up"]:
+        return "alert", ("memory above the same hours %.0f h ago for the last %d hours, TTFT p95 not: "
+                         "no recycle without a limit in reach: %s; %s; %s%s" % (
+                             season["season_h"], season["m"], season["mem_text"], season["ttft_text"],
+                             e.mem_note, e.tail))
+    return None
+
+
+def detect_latency_over_season(e: Evidence) -> Found:
+    season = e.season()
+    if season is not None and season["ttft_up"]:
+        return "alert", ("TTFT p95 above the same hours %.0f h ago for the last %d hours with flat memory: "
+                         "placement or preemption, a recycle would not help: %s; %s%s" % (
+                             season["season_h"], season["m"], season["ttft_text"], season["mem_text"], e.tail))
+    return None
+
+
+def detect_steady(e: Evidence) -> Found:
+    return "none", "no sustained trend: %s; %s%s" % (e.mem_note, e.ttft_note, e.tail)
+
+
+# The detectors in priority order: the first that answers gives the diagnosis. The order is the
+# rule: a confirmed leak recycles (with latency first: its reason says more); the slow decay
+# (memory and TTFT both above the same hours a season ago) recycles too, and so outranks every
+# alert; a rise not yet confirmed only alerts; then memory alone, latency with a memory bump
+# that is no ramp, latency alone; then the season's memory or latency alone; else steady, which
+# always answers. A name may come twice (the same diagnosis from the window or from the season).
+DETECTORS = (
+    ("leak_with_latency", detect_leak_with_latency),
+    ("leak_projected", detect_leak_projected),
+    ("slow_decay", detect_slow_decay),
+    ("leak_unconfirmed", detect_leak_unconfirmed),
+    ("memory_rising", detect_memory_rising),
+    ("latency_with_memory_bump", detect_latency_with_memory_bump),
+    ("latency_only", detect_latency_only),
+    ("memory_rising", detect_memory_rising_over_season),
+    ("latency_only", detect_latency_over_season),
+    ("steady", detect_steady),
+)
+# Every diagnosis the engine gives (the alerting rules match on these names), in priority order.
+DIAGNOSES = tuple(dict.fromkeys(name for name, _detect in DETECTORS))

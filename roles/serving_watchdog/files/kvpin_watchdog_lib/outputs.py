@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Daemon outputs: sd_notify, the metrics text and its textfile."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+from typing import Dict, Optional
+
+from .fsio import write_file_atomically
+from .decision import Decision
+
+
+# ---------------------------------------------------------------------------
+# Daemon: outputs.
+# ---------------------------------------------------------------------------
+def sd_notify(message: str, env: Optional[Dict[str, str]] = None) -> bool:
+    """Send a datagram to $NOTIFY_SOCKET ('@' = abstract namespace). False without systemd."""
+    address = (env if env is not None else os.environ).get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.connect(address)
+        sock.sendall(message.encode("utf-8"))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+ACTION_CODE = {"none": 0, "alert": 1, "recycle": 2}
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_metrics(target: str, decision: Decision, recycles_total: int,
+                   state: Optional[Dict[str, object]] = None) -> str:
+    """Prometheus text for one watched deployment. state (daemon bookkeeping): limit_source,
+    storm_guard_tripped, last_recycle_timestamp, last_recycle_ok, recycle_failures_total,
+    last_tick_timestamp."""
+    state = state or {}
+    label = '{target="%s"}' % _escape_label(target)
+    rows = [
+        ("kvpin_watchdog_memory_bytes", "gauge", "anon+swap of the watched engine", label, decision.memory_bytes),
+        ("kvpin_watchdog_memory_limit_bytes", "gauge", "memory the engine may use before it is killed",
+         '{target="%s",source="%s"}' % (_escape_label(target),
+                                        _escape_label(str(state.get("limit_source") or "none"))),
+         decision.memory_limit_bytes),
+        ("kvpin_watchdog_slope_bytes_per_hour", "gauge", "Theil-Sen slope of memory", label,
+         decision.slope_bytes_per_hour),
+        ("kvpin_watchdog_slope_lower_bytes_per_hour", "gauge", "lower confidence bound of the slope", label,
+         decision.slope_lower_bytes_per_hour),
+        ("kvpin_watchdog_slope_upper_bytes_per_hour", "gauge", "upper confidence bound of the slope", label,
+         decision.slope_upper_bytes_per_hour),
+        ("kvpin_watchdog_projected_seconds_to_limit", "gauge", "time until the memory limit at the slope", label,
+         decision.projected_seconds_to_limit),
+        ("kvpin_watchdog_ttft_p95_seconds", "gauge", "TTFT p95 of the last window", label, decision.ttft_p95),
+        ("kvpin_watchdog_ttft_slope_seconds_per_hour", "gauge", "Theil-Sen slope of TTFT p95", label,
+         decision.ttft_slope),
+        ("kvpin_watchdog_diagnosis", "gauge", "last diagnosis (label), always 1",
+         '{target="%s",diagnosis="%s"}' % (_escape_label(target),
+                                           _escape_label(decision.diagnosis or decision.phase)), 1),
+        ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle", label,
+         ACTION_CODE[decision.action]),
+        ("kvpin_watchdog_storm_guard_tripped", "gauge", "1 when the storm guard stopped recycling (alert only)",
+         label, 1 if state.get("storm_guard_tripped") else 0),
+        ("kvpin_watchdog_last_recycle_timestamp_seconds", "gauge", "wall-clock time of the last recycle attempt",
+         label, state.get("last_recycle_timestamp")),
+        ("kvpin_watchdog_last_recycle_success", "gauge", "1 if the last recycle attempt succeeded, 0 if it failed",
+         label, None if state.get("last_recycle_ok") is None else (1 if state.get("last_recycle_ok") else 0)),
+        ("kvpin_watchdog_recycles_total", "counter", "recycles performed by this watchdog", label, recycles_total),
+        ("kvpin_watchdog_recycle_failures_total", "counter", "recycle attempts that failed", label,
+         int(state.get("recycle_failures_total") or 0)),
+        ("kvpin_watchdog_last_tick_timestamp_seconds", "gauge", "wall-clock time of the last completed tick",
+         label, state.get("last_tick_timestamp")),
+    ]
+    lines = []
+    for name, kind, help_text, labels, value in rows:
+        if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+            continue
+        lines.append("# HELP %s %s" % (name, help_text))
+        lines.append("# TYPE %s %s" % (name, kind))
+        lines.append("%s%s %s" % (name, labels, repr(float(value)) if isinstance(value, float) else value))
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(directory: str, target: str, text: str) -> str:
+    """Atomic: the collector never reads a half-written file."""
+    os.makedirs(directory, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", target)
+    final = os.path.join(directory, "kvpin_watchdog_%s.prom" % safe)
+    return write_file_atomically(final, text, ".kvpin_watchdog_")
