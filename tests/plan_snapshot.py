@@ -20,7 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import conftest  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (the collection import path)
+# conftest puts the collection on the import path
+import conftest  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position
 from nvml_stub_pynvml import stub_pynvml  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.nvml_probe import probe  # noqa: E402

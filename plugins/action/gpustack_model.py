@@ -13,8 +13,6 @@ masks the API key in its result as AnsibleModule would. Anywhere else (another h
 an ``environment:``, async) the module runs as usual.
 """
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import json
 

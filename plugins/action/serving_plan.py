@@ -10,8 +10,6 @@ module there and run it (one remote round trip per deployment per node). A model
 as a path is read where it is, so then the module runs on the node as usual.
 """
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import json
 

@@ -4,9 +4,6 @@
 """What the collection's action plugins share: running their module the usual way (copied to
 the task's host and run there) when they do not run its function in the controller's process."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
-
 
 def run_module_as_usual(action, module_name, task_vars):
     """Run module_name with the task's arguments through action's connection, as ActionBase's

@@ -33,11 +33,13 @@ from typing import List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
 
-WATCHDOG = 'roles/serving_watchdog/files/kvpin_watchdog.py'
+WATCHDOG_CONFIG = 'roles/serving_watchdog/files/kvpin_watchdog_lib/config.py'
+WATCHDOG_DECISION = 'roles/serving_watchdog/files/kvpin_watchdog_lib/decision.py'
 NODE_STATE = 'plugins/module_utils/facts/node_state.py'
 VLLM_MEMORY = 'plugins/module_utils/plan/vllm_memory.py'
 SITE = 'playbooks/site.yml'
 VLLM_PIPELINE = 'plugins/module_utils/plan/vllm_pipeline.py'
+ATTENTION_KINDS = 'plugins/module_utils/plan/attention_kinds.py'
 
 T_VLLM = ['tests/unit/plugins/module_utils/test_vllm_memory.py', 'tests/unit/plugins/module_utils/test_serving_plan.py']
 T_PP = ['tests/unit/plugins/module_utils/test_vllm_pipeline.py']
@@ -66,35 +68,36 @@ MUTATIONS = [
     Mutation('planner: no safety margin', VLLM_MEMORY,
              'return max(total * SAFETY_MARGIN_FRACTION_X1000 // 1000, SAFETY_MARGIN_MIN_BYTES)',
              'return 0', T_VLLM),
-    Mutation('planner: KV heads per GPU without the TP split', VLLM_MEMORY,
+    Mutation('planner: KV heads per GPU without the TP split', ATTENTION_KINDS,
              'return max(1, spec.num_kv_heads // tp)', 'return max(1, spec.num_kv_heads)', T_VLLM),
     Mutation('planner: feasibility comparison flipped (slack < required)', VLLM_MEMORY,
-             '        if slack < required:\n', '        if slack > required:\n', T_VLLM),
+             '    if slack >= required:\n        return None\n', '    if slack < required:\n        return None\n', T_VLLM),
     Mutation('planner PP: engine KV from the largest stage', VLLM_PIPELINE,
-             "    usable = min(st['blocks'] for st in stages) - (1 if",
-             "    usable = max(st['blocks'] for st in stages) - (1 if", T_PP),
+             "    usable = min(st.blocks for st in stages) - (1 if",
+             "    usable = max(st.blocks for st in stages) - (1 if", T_PP),
     Mutation('planner PP: remainder layers on the last stage', VLLM_PIPELINE,
              '    for i in range(2, num_layers % pp + 2):', '    for i in range(1, num_layers % pp + 1):', T_PP),
     Mutation('planner PP: no partition search', VLLM_PIPELINE,
-             '    for _ in range(n * pp):', '    for _ in range(0):', T_PP),
+             '    for _step in range(n * pp):', '    for _step in range(0):', T_PP),
     # -- drift comparison ------------------------------------------------------------------
     Mutation('node_state: mode ignored', NODE_STATE,
              'if spec.mode is not None and seen.get(\'mode\') != spec.mode:',
              'if False and spec.mode is not None and seen.get(\'mode\') != spec.mode:', T_NODE),
     Mutation('node_state: a file not observed is in sync', NODE_STATE,
-             "        return ['%s: not observed' % path]", '        return []', T_NODE),
+             "        return [Drift('%s: not observed' % path, path, 'state', spec.state, None)]", '        return []', T_NODE),
     Mutation('node_state: enabled-runtime counts as enabled', NODE_STATE,
              'if spec.enabled is True and unit_file_state != ENABLED_AT_BOOT_UNIT_FILE_STATE:',
              'if spec.enabled is True and unit_file_state not in ENABLED_UNIT_FILE_STATES:', T_NODE),
     Mutation('node_state: unreadable content is in sync', NODE_STATE,
-             "            drift.append('%s: content cannot be read (%s)' % (path, seen['sha1_error']))",
+             "            drift.append(Drift('%s: content cannot be read (%s)' % (path, seen['sha1_error']), path, 'sha1',"
+             " spec.sha1, None))",
              '            pass', T_NODE),
     # -- watchdog gates --------------------------------------------------------------------
-    Mutation('watchdog: mk_alpha 0.01 -> 1.0 (no significance gate)', WATCHDOG,
+    Mutation('watchdog: mk_alpha 0.01 -> 1.0 (no significance gate)', WATCHDOG_CONFIG,
              '"mk_alpha": 0.01,', '"mk_alpha": 1.0,', T_WD_MK),
-    Mutation('watchdog: confirm_seconds 0', WATCHDOG,
+    Mutation('watchdog: confirm_seconds 0', WATCHDOG_CONFIG,
              '"confirm_seconds": 3600,', '"confirm_seconds": 0,', T_WD),
-    Mutation('watchdog: storm guard off', WATCHDOG,
+    Mutation('watchdog: storm guard off', WATCHDOG_DECISION,
              'elif len(self.recycle_times) >= int(cfg["storm_max_recycles"]):', 'elif False:', T_WD),
     # -- site.yml rerun gate ---------------------------------------------------------------
     Mutation('site.yml: worker gate without `not`', SITE,

@@ -18,8 +18,6 @@ the worker command its UI generates):
 ``problems`` takes what the node answered (each bounded and type-checked here) and returns
 one message per missing piece, naming it and how to provide it: empty means ready."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import json
 import re

@@ -11,8 +11,6 @@ of kvpin.fleet.gpu_facts, e.g.
 (bytes, as NVML reports it) in GiB rounded to one decimal; a missing driver or CUDA version
 reads "-"; the fact's reason, if any, follows after "; "."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 

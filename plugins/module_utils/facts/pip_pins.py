@@ -8,8 +8,6 @@ An idempotence check compares versions exactly, so only two forms are accepted: 
 Ranges (``>=``), extras, markers and URLs would need pip's resolver to judge; a fleet pins
 what it runs, so they are refused with the requirement named."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import re
 

@@ -20,8 +20,6 @@ stay inside the directory they are unpacked into.
 Stdlib only and Python >= 3.8: this runs on the managed node.
 """
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import base64
 import binascii

@@ -8,8 +8,6 @@ with a bare "invalid literal for int()" and no field, ``0`` or ``-1`` silently b
 fleet at once, and ``'150%'`` is more than the fleet. A rollout in batches exists so that a bad
 change stops before it reaches every node, so each of those is refused here, naming the field."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 import re
 

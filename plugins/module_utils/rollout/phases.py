@@ -11,8 +11,6 @@ too, and the run died on a missing fact. site.yml tags them ``always``: the prob
 reads run on every run, the plans and the comparison only when a phase that needs them is
 selected, as computed here (Ansible's own rule, per phase tag)."""
 
-from __future__ import (absolute_import, division, print_function)
-__metaclass__ = type
 
 # In the order site.yml runs them.
 PHASES = ('prereq', 'probe', 'plan', 'worker', 'watchdog', 'models')
