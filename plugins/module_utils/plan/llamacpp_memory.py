@@ -36,7 +36,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
-    GpuMemory, Plan, PlanInputError, Traffic)
+    GpuMemory, Plan, PlanInputError, Traffic, check_gpu_totals)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, ceil_div, fmt_bytes
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import (
     BYTES, Fitted, describe_together, source_rows_of)
@@ -882,13 +882,7 @@ def _check_inputs(spec, gpus, traffic):
         if kind_of(name).llamacpp_refusal:
             raise PlanInputError('model', '%s has %d %s layers (kind %r): %s' % (
                 spec.name, spec.kv_layer_count(name), kind_of(name).label, name, kind_of(name).llamacpp_refusal))
-    if not gpus:
-        raise PlanInputError('gpus', 'no GPUs given: layer offload needs at least one GPU')
-    for position, gpu in enumerate(gpus):
-        total = gpu.get('memory_total') if isinstance(gpu, dict) else None
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise PlanInputError('gpus[%d].memory_total' % position,
-                                 'must be a positive number of bytes, got %r' % (total,))
+    check_gpu_totals(gpus, 'layer offload needs at least one GPU')
     # llama.cpp allocates through CUDA, which sees NVML's total less what the driver keeps
     return [ct.of_gpu(gpu, 'gpus[%d]' % position) for position, gpu in enumerate(gpus)]
 

@@ -232,6 +232,18 @@ def positive_int(field_name, value, upper):
     return number
 
 
+def check_gpu_totals(gpus, none_given):
+    """Each planner's own GPU check: at least one GPU (``none_given`` says why), and each one's
+    memory_total a positive int (a GPU that is not a dict reads as having none)."""
+    if not gpus:
+        raise PlanInputError('gpus', 'no GPUs given: %s' % none_given)
+    for position, gpu in enumerate(gpus):
+        total = gpu.get('memory_total') if isinstance(gpu, dict) else None
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise PlanInputError('gpus[%d].memory_total' % position,
+                                 'must be a positive number of bytes, got %r' % (total,))
+
+
 def check_gpus(gpus):
     """The GPU list as gpu_facts returns it; at least one GPU with a memory size."""
     if not gpus:

@@ -42,7 +42,8 @@ import re
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of, vllm_forced_block_size
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import GpuMemory, KvPool, Plan, PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
+    GpuMemory, KvPool, Plan, PlanInputError, check_gpu_totals)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
@@ -434,13 +435,7 @@ def _checked(spec, gpus, traffic, knobs, backend_version):
         raise PlanInputError('pipeline_parallel_size', '%s has %s layers: %s' % (
             spec.name, kind.label, kind.vllm_pipeline_refusal))
     vm.check_traffic(traffic)
-    if not gpus:
-        raise PlanInputError('gpus', 'no GPUs given: vLLM needs at least one GPU')
-    for position, gpu in enumerate(gpus):
-        total = gpu.get('memory_total') if isinstance(gpu, dict) else None
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise PlanInputError('gpus[%d].memory_total' % position,
-                                 'must be a positive number of bytes, got %r' % (total,))
+    check_gpu_totals(gpus, 'vLLM needs at least one GPU')
     # vLLM's rank r (stage r // TP) runs on CUDA device r; with CUDA_DEVICE_ORDER=PCI_BUS_ID
     # (set by the plan when stages differ) that is the r-th GPU by NVML index
     gpus = sorted(gpus, key=lambda gpu: gpu.get('index', 0) if isinstance(gpu.get('index'), int) else 0)
