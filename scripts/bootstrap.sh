@@ -8,6 +8,8 @@
 #     promtool (package prometheus: the watchdog alert rules' unit tests), chromium (the HTML plan
 #     report's browser test drives /usr/bin/chromium with Playwright)
 #   - <repo>/.venv with the pinned controller toolchain (requirements.txt)
+#   - <repo>/.venv-core-2.21: the newest maintained ansible-core on Python 3.12
+#     (tests/requirements-core-2.21.txt), for the unit tests and sanity on that core too
 #   - the NVML stub library (tests/nvml_stub/build.sh)
 #   - <repo>/.cache/wheelhouse with nvidia-ml-py for the lab nodes (they cannot reach PyPI)
 #   - <repo>/.cache/collections/ansible_collections/kvpin/fleet -> <repo> (ansible.cfg uses it)
@@ -24,6 +26,8 @@ COLLECTION_LINK="$REPO/.cache/collections/ansible_collections/kvpin/fleet"
 # private one keeps parallel runs from other checkouts from rebuilding the same venvs under it.
 ANSIBLE_TEST_HOME="$REPO/.cache/ansible-test-home"
 PYTHON="${KVPIN_PYTHON:-python3}"
+CORE_NEXT_VENV="$REPO/.venv-core-2.21"
+CORE_NEXT_REQUIREMENTS="$REPO/tests/requirements-core-2.21.txt"
 APT_PACKAGES=(podman runc debootstrap debian-archive-keyring gcc libc6-dev iproute2
               python3 python3-venv python3-pip git rsync ca-certificates shellcheck prometheus
               postgresql chromium)
@@ -45,18 +49,40 @@ apt_packages() {
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-# The venv is rebuilt only when requirements.txt changed (stamp = its sha256).
-venv() {
-    local stamp="$VENV/.kvpin-requirements.sha256" want
-    want="$(sha256sum "$REPO/requirements.txt" | cut -d' ' -f1)"
-    if [[ -x "$VENV/bin/python" && -r "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-        log "venv: $VENV up to date"; return
+# A venv is rebuilt only when its requirements file changed (stamp = its sha256).
+venv_from() {
+    local venv="$1" python="$2" requirements="$3" stamp want
+    stamp="$venv/.kvpin-requirements.sha256"
+    want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+    if [[ -x "$venv/bin/python" && -r "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        log "venv: $venv up to date"; return
     fi
-    [[ -x "$VENV/bin/python" ]] || { log "venv: creating $VENV"; "$PYTHON" -m venv "$VENV"; }
-    log "venv: installing requirements.txt"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -r "$REPO/requirements.txt"
+    [[ -x "$venv/bin/python" ]] || { log "venv: creating $venv with $python"; "$python" -m venv "$venv"; }
+    log "venv: installing ${requirements#"$REPO"/}"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r "$requirements"
     echo "$want" >"$stamp"
+}
+
+venv() { venv_from "$VENV" "$PYTHON" "$REPO/requirements.txt"; }
+
+# ansible-core 2.20+ needs Python >= 3.12; Debian 12 ships 3.11, the machine image carries 3.12
+# under pyenv. KVPIN_PYTHON_3_12 names another interpreter.
+python_3_12() {
+    local candidate
+    for candidate in "${KVPIN_PYTHON_3_12:-}" python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 \
+                     /usr/local/bin/python3.12 /usr/bin/python3.12; do
+        [[ -n "$candidate" ]] || continue
+        candidate="$(command -v "$candidate" 2>/dev/null)" || continue
+        "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo "$candidate"; return; }
+    done
+    return 1
+}
+
+venv_core_next() {
+    local python
+    python="$(python_3_12)" || die "no Python 3.12 for $CORE_NEXT_VENV (ansible-core 2.21 needs >= 3.12): install one (pyenv install 3.12) or set KVPIN_PYTHON_3_12"
+    venv_from "$CORE_NEXT_VENV" "$python" "$CORE_NEXT_REQUIREMENTS"
 }
 
 nvml_stub() {
@@ -87,8 +113,8 @@ wheelhouse() {
 # script at ~/.ansible/test/cache/get_pip_<ver>.py: ours runs pip from the same pip version's wheel.
 # ~ is ANSIBLE_TEST_HOME, the HOME scripts/test.sh gives ansible-test.
 ansible_test_get_pip() {
-    local ver cache wheel
-    ver="$(grep -oE "pip='[0-9.]+'" "$VENV"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py \
+    local venv="$1" ver cache wheel
+    ver="$(grep -oE "pip='[0-9.]+'" "$venv"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py \
            | head -n1 | tr -dc '0-9.')"
     [[ -n "$ver" ]] || die "cannot find ansible-test's pip version"
     cache="$ANSIBLE_TEST_HOME/.ansible/test/cache/get_pip_${ver//./_}.py"
@@ -118,9 +144,11 @@ collection_link() {
 
 apt_packages
 venv
+venv_core_next
 nvml_stub
 wheelhouse
-ansible_test_get_pip
+ansible_test_get_pip "$VENV"
+ansible_test_get_pip "$CORE_NEXT_VENV"
 collection_link
 # After the collection link: the lab's model files are written from the collection's catalog.
 bash "$REPO/scripts/lab.sh" gpustack-venv

@@ -57,3 +57,13 @@ if _pytest is not None:
         report.longrepr = ('CI=true: this test skipped (%s); in CI that would hide a failure, so it '
                            'fails. Mark a skip that is right even in CI with '
                            '@pytest.mark.ci_may_skip(reason).' % reason)
+
+
+def pytest_report_header(config):
+    """Which controller this run tests (scripts/test.sh runs the unit tests on two cores)."""
+    del config
+    try:
+        from ansible.release import __version__ as core
+    except ImportError:
+        core = 'not importable'
+    return 'controller: ansible-core %s, Python %s (%s)' % (core, sys.version.split()[0], sys.executable)

@@ -24,8 +24,8 @@ import yaml
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = ('lab-a6000x4', 'lab-4090x4', 'lab-4090x2', 'lab-mixed')
-ANSIBLE = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible')
-PLAYBOOK = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible-playbook')
+ANSIBLE = os.path.join(os.path.dirname(sys.executable), 'ansible')
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
 PLAN_YML = os.path.join(REPO_ROOT, 'playbooks', 'plan.yml')
 
 # The collection's import path: benchmarks/_setup.py computes it (and makes the .cache link

@@ -16,7 +16,7 @@ import sys
 import yaml
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLAYBOOK = os.path.join(REPO_ROOT, '.venv', 'bin', 'ansible-playbook')
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
 
 
 def collections_root():

@@ -20,7 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
+from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import module_would_return_invocation, run_module_as_usual
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.model_apply import (
     gpustack_model_argument_spec, gpustack_model_result,
 )
@@ -51,7 +51,8 @@ class ActionModule(ActionBase):
         params = validation.validated_parameters
         answer = gpustack_model_result(params, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff),
                                        keys_to_mask=secrets)
-        answer['invocation'] = dict(module_args=params)
+        if module_would_return_invocation(task_vars):
+            answer['invocation'] = dict(module_args=params)
         answer['changed'] = bool(answer.get('changed', False))
         # Through JSON as a module's result comes back, then every secret masked (the key as
         # given and as sent, wherever a server echoed it), as AnsibleModule.exit_json does.

@@ -16,7 +16,7 @@ import json
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import run_module_as_usual
+from ansible_collections.kvpin.fleet.plugins.plugin_utils.module_run import module_would_return_invocation, run_module_as_usual
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     SERVING_PLAN_ARGUMENT_SPEC, model_needs_node_files, serving_plan_result,
 )
@@ -39,7 +39,8 @@ class ActionModule(ActionBase):
 
         params = self._validated_params()
         planned = serving_plan_result(params)
-        planned['invocation'] = dict(module_args=params)
+        if module_would_return_invocation(task_vars):
+            planned['invocation'] = dict(module_args=params)
         # Through JSON as a module's result comes back, so both paths give equal values
         # (lists, not tuples; plain str and dict keys).
         result.update(json.loads(json.dumps(planned)))

@@ -17,7 +17,7 @@ from attacker_http import json_body  # noqa: E402  pylint: disable=wrong-import-
 
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 MODULES_DIR = os.path.join(REPO_ROOT, 'plugins', 'modules')
-VENV_BIN = os.path.join(REPO_ROOT, '.venv', 'bin')
+VENV_BIN = os.path.dirname(sys.executable)
 
 # A key of GPUStack's shape; tests also use it with whitespace around it.
 API_KEY = 'gpustack_5ec7e7a1b2c3d4e5_0f1e2d3c4b5a69788796a5b4c3d2e1f0'
@@ -136,15 +136,16 @@ def run_module(module, args, check=False, diff=False):
     return result, completed.stdout + completed.stderr
 
 
-def run_playbook(tmp_path, playbook_text, extra_vars, *options):
-    """ansible-playbook on localhost (local connection) with ``options`` (e.g. -vvv, --diff)."""
+def run_playbook(tmp_path, playbook_text, extra_vars, *options, environment=None):
+    """ansible-playbook on localhost (local connection) with ``options`` (e.g. -vvv, --diff),
+    ``environment`` added to this process's."""
     playbook = tmp_path / 'play.yml'
     playbook.write_text(playbook_text)
     vars_file = tmp_path / 'vars.json'
     vars_file.write_text(json.dumps(extra_vars))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_root(), ANSIBLE_NOCOLOR='1',
                ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0',
-               ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'))
+               ANSIBLE_CONFIG=os.path.join(REPO_ROOT, 'ansible.cfg'), **(environment or {}))
     argv = [os.path.join(VENV_BIN, 'ansible-playbook')] + list(options) + [
         '-i', 'localhost,', '-c', 'local', '-e', 'ansible_python_interpreter=%s' % sys.executable,
         '-e', '@%s' % vars_file, str(playbook)]

@@ -18,7 +18,7 @@ from role_plays import desired_state_play
 from systemd_env_oracle import systemd_parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
 SECRET = 'hf_s3cr3tT0kenValue0123456789'
 INJECTION = 'x"\nExecStartPre=/bin/sh -c "touch /tmp/kvpin-pwned'
 ENVIRONMENT = {
@@ -48,7 +48,7 @@ RENDER_TASKS = """
 
 def render(tmp_path, **extra_vars):
     if not os.path.exists(PLAYBOOK):
-        pytest.skip('ansible-playbook not in .venv')
+        pytest.skip('ansible-playbook not beside sys.executable (the controller venv)')
     tmp_path.mkdir(parents=True, exist_ok=True)
     play = desired_state_play('kvpin.fleet.gpustack_worker', tmp_path, 'gpustack_worker_desired_state | to_json', public=True)
     (tmp_path / 'play.yml').write_text(play + RENDER_TASKS.lstrip('\n').replace('{out}', str(tmp_path)).replace(

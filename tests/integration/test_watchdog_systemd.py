@@ -30,7 +30,7 @@ from watchdog_program import stage_installed_program  # noqa: E402  pylint: disa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
-PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # The container of the lab node (scripts/lab.sh names it KVPIN_LAB_PREFIX + node).
 NODE = os.environ.get("KVPIN_WATCHDOG_LAB_NODE", os.environ.get("KVPIN_LAB_PREFIX", "") + "lab-mixed")
 TAG = "itest%d" % os.getpid()

@@ -59,3 +59,47 @@ def test_role_minimum_ansible_matches_meta_runtime(role):
     assert _version(declared) == requires_ansible_lower_bound(runtime['requires_ansible']), (
         'roles/%s/meta/main.yml min_ansible_version %s != meta/runtime.yml requires_ansible %s'
         % (role, declared, runtime['requires_ansible']))
+
+
+def _requires_ansible():
+    with open(os.path.join(ROOT, 'meta', 'runtime.yml'), encoding='utf-8') as handle:
+        return yaml.safe_load(handle)['requires_ansible']
+
+
+def test_this_run_uses_a_core_the_collection_declares():
+    """The core these tests run on (the pinned one, or 2.21 in CI's unit-2.21 step) is inside
+    requires_ansible: a core CI tests is a core the collection claims, and the other way round
+    (requirements.txt and tests/requirements-core-2.21.txt pin the two)."""
+    from ansible.release import __version__ as core
+    from packaging.specifiers import SpecifierSet
+    assert core in SpecifierSet(_requires_ansible()), (
+        'ansible-core %s (this run) is outside meta/runtime.yml requires_ansible %s' % (core, _requires_ansible()))
+
+
+def test_the_ansible_tools_the_tests_run_are_this_runs_core():
+    """Tests run ansible-playbook & co. from beside sys.executable: the venv that runs pytest is the
+    controller under test. A tool from another venv (a hard-coded .venv/bin) would test the
+    pinned core while the run claims another."""
+    import subprocess
+    import sys
+    from ansible.release import __version__ as core
+    tool = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
+    printed = subprocess.run([tool, '--version'], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert re.search(r'\[core %s\]' % re.escape(core), printed.splitlines()[0]), (tool, printed.splitlines()[:1], core)
+
+
+def test_tests_find_ansible_tools_beside_sys_executable():
+    """No test reaches into <repo>/.venv for a tool (see the test above); tests/mutation/run.py
+    is a tool of its own that copies the tree with its .venv."""
+    offenders = []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, 'tests')):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith('.py') or os.path.join('tests', 'mutation') in path or path == os.path.abspath(__file__):
+                continue
+            with open(path, encoding='utf-8') as handle:
+                for number, line in enumerate(handle, 1):
+                    code = line.split('#', 1)[0]
+                    if re.search(r"""['"]\.venv['"]\s*,\s*['"]bin['"]|['"][^'"]*\.venv/bin/""", code):
+                        offenders.append('%s:%d: %s' % (os.path.relpath(path, ROOT), number, line.strip()))
+    assert not offenders, 'use os.path.dirname(sys.executable):\n' + '\n'.join(offenders)

@@ -20,7 +20,7 @@ import pytest
 from role_plays import desired_state_play
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
 TOKEN = 'gpustack-token-containergpu-9012'
 BASE = {
     'gpustack_worker_server_url': 'http://127.0.0.1:30080',
@@ -48,7 +48,7 @@ def _env():
 
 def _play(tmp_path, play_text, extra_vars):
     if not os.path.exists(PLAYBOOK):
-        pytest.skip('ansible-playbook not in .venv')
+        pytest.skip('ansible-playbook not beside sys.executable (the controller venv)')
     tmp_path.mkdir(parents=True, exist_ok=True)
     play = tmp_path / 'play.yml'
     play.write_text(play_text)

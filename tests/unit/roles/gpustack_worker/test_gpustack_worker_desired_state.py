@@ -16,7 +16,7 @@ import pytest
 from role_plays import desired_state_play
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')
 TOKEN = 'gpustack-token-verysecret-1234'
 
 
@@ -29,7 +29,7 @@ BASE = {
 
 def desired_state(tmp_path, **extra_vars):
     if not os.path.exists(PLAYBOOK):
-        pytest.skip('ansible-playbook not in .venv')
+        pytest.skip('ansible-playbook not beside sys.executable (the controller venv)')
     tmp_path.mkdir(parents=True, exist_ok=True)
     play = tmp_path / 'play.yml'
     play.write_text(desired_state_play('kvpin.fleet.gpustack_worker', tmp_path, 'gpustack_worker_desired_state | to_json'))
