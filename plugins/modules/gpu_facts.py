@@ -167,8 +167,9 @@ ansible_facts:
     kvpin_node_observed:
       description:
         - What the node has for every object named in O(observe), for
-          P(kvpin.fleet.kvpin_node_drift#filter) - per file path its kind, mode, owner, group and
-          sha1; per user its primary group, shell and home (null when missing); per group whether
+          P(kvpin.fleet.kvpin_node_drift#filter) - per file path its kind, mode, owner, group, size,
+          mtime and sha1 (or C(sha1_skipped), why it was not hashed - over the per-file or per-call
+          bound); per user its primary group, shell and home (null when missing); per group whether
           it exists; per unit its C(systemctl show) properties;
           per URL the HTTP status; per interpreter the installed versions. Readers that failed
           carry C(error) with the reason.
@@ -176,7 +177,8 @@ ansible_facts:
       type: dict
       sample:
         files:
-          /var/lib/gpustack/config.yaml: {kind: a file, mode: 384, owner: root, group: root, sha1: 0123456789abcdef0123456789abcdef01234567}
+          /var/lib/gpustack/config.yaml: {kind: a file, mode: 384, owner: root, group: root, size: 412,
+                                          mtime: 1764990000.5, sha1: 0123456789abcdef0123456789abcdef01234567}
         users:
           kvpin-watchdog: {group: kvpin-watchdog, shell: /usr/sbin/nologin, home: /nonexistent}
         groups: {kvpin-watchdog: true}

@@ -232,7 +232,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.managed_files import content_sha1
-from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import USER_ATTRIBUTES, observe_user, sha1_of_file
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
+    USER_ATTRIBUTES, NotHashed, observe_user, sha1_of_file)
 
 
 class EntryError(Exception):
@@ -293,7 +294,14 @@ def _content_differs(entry):
     path = entry['path']
     if not os.path.isfile(path) or os.path.islink(path):
         return True
-    return sha1_of_file(path) != content_sha1(entry['content'])
+    content = entry['content'].encode('utf-8', 'surrogateescape')   # as content_sha1 hashes it
+    if os.path.getsize(path) != len(content):
+        return True         # other content, known without reading a byte of it
+    try:
+        # opened without following a link or blocking on a FIFO swapped in; bounded
+        return sha1_of_file(path) != content_sha1(entry['content'])
+    except (OSError, NotHashed):
+        return True
 
 
 def converge_file(module, index, entry):

@@ -65,6 +65,19 @@ options:
               - Compares nothing by itself.
             type: bool
             default: false
+          size:
+            description:
+              - Wanted size of the file in bytes (only with O(checks[].files[].state=file)).
+              - Content is hashed up to 64 MiB per file and 256 MiB and 30 seconds per call
+                (10 seconds per file); a file over that is reported as not hashed and is drift
+                only where its size or O(checks[].files[].mtime) differs from the wanted one, or
+                where neither is given.
+            type: int
+          mtime:
+            description:
+              - Wanted modification time in seconds since the epoch (only with
+                O(checks[].files[].state=file)); see O(checks[].files[].size).
+            type: float
           mode:
             description:
               - Wanted permission bits as an octal string, for example C("0600") or C("755").
@@ -338,6 +351,8 @@ def argument_spec():
                 state=dict(type='str', default='file'),
                 sha1=dict(type='str'),
                 read_sha1=dict(type='bool', default=False),
+                size=dict(type='int'),
+                mtime=dict(type='float'),
                 mode=dict(type='raw'),
                 owner=dict(type='str'),
                 group=dict(type='str'),

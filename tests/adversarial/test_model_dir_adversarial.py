@@ -57,14 +57,12 @@ def test_index_naming_missing_files_without_total_size_is_refused(tmp_path):
     refused(path, '1 shard(s) missing (model-00002-of-00002.safetensors)')
 
 
-def test_index_naming_missing_files_sizes_from_total_size_and_says_so(tmp_path):
+def test_index_naming_missing_files_with_a_total_size_is_refused_too(tmp_path):
+    # issue 39: the index's total_size beside a partial download is no longer taken on its word
     path = model_dir(tmp_path, {'model-00001-of-00002.safetensors': shard()}, index={
         'metadata': {'total_size': 2704},
         'weight_map': {'a': 'model-00001-of-00002.safetensors', 'b': 'model-00002-of-00002.safetensors'}})
-    spec = ml.resolve_model(path)
-    assert spec.weight_bytes == 2704
-    assert '1 of the shards it names are not in the directory: model-00002-of-00002.safetensors' \
-        in spec.weight_bytes_note
+    refused(path, '1 shard(s) missing (model-00002-of-00002.safetensors)', 'metadata.total_size 2704 B')
 
 
 @pytest.mark.parametrize('target', ['../../etc/passwd', '/etc/shadow', 'sub/x.safetensors', 'x.bin',
@@ -156,6 +154,7 @@ def test_consistent_header_still_sizes_the_model(tmp_path):
     # the checks above refuse lies, not real files: a correct header sums as before
     raw = safetensors_bytes({'__metadata__': {'format': 'pt'},
                              'a': {'dtype': 'F32', 'shape': [4, 4], 'data_offsets': [0, 64]},
-                             'b': {'dtype': 'F4', 'shape': [10], 'data_offsets': [64, 69]}}, 69)
+                             'b': {'dtype': 'F4', 'shape': [10], 'data_offsets': [64, 69]},
+                             'c': {'dtype': 'BF16', 'shape': [1317], 'data_offsets': [69, 2703]}}, 2703)
     spec = ml.resolve_model(model_dir(tmp_path, {'model.safetensors': raw}))
-    assert spec.weight_bytes == 69 and spec.weight_bytes_exact
+    assert spec.weight_bytes == 2703 and spec.weight_bytes_exact

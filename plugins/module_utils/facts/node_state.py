@@ -75,6 +75,18 @@ MODE_RE = re.compile(r'^[0-7]{3,4}$')
 SHA1_RE = re.compile(r'^[0-9a-fA-F]{40}$')
 
 HASH_CHUNK_BYTES = 64 * 1024
+# Hashing node files inside the probe's one round trip, bounded per file and per call (bytes read,
+# seconds spent). What the roles write is configs, units and a small Python package: kilobytes. A
+# file over these is not read; it is reported as such (``sha1_skipped``) and is drift only where
+# the check's wanted size or mtime differs, or where it wants neither (in sync means read).
+HASH_MAX_FILE_BYTES = 64 * 1024 * 1024
+HASH_MAX_CALL_BYTES = 256 * 1024 * 1024
+HASH_FILE_SECONDS = 10.0
+HASH_CALL_SECONDS = 30.0
+# How a file is opened to be hashed: never through a symbolic link swapped in after lstat, never
+# blocking on a FIFO or a device swapped in (fstat on the descriptor then says what it is).
+HASH_OPEN_FLAGS = (os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0)
+                   | getattr(os, 'O_NOCTTY', 0) | getattr(os, 'O_CLOEXEC', 0))
 SYSTEMCTL_TIMEOUT_SECONDS = 60
 PYTHON_TIMEOUT_SECONDS = 60
 # Where systemctl lives when the module's PATH is minimal.
@@ -125,6 +137,10 @@ class FileSpec:
     # Read the content's sha1 without a wanted value: a check that only says what to observe
     # (site.yml's probe runs before the plans that decide the contents exist).
     read_sha1: bool = False
+    # The wanted size in bytes and mtime (seconds since the epoch): what decides whether a file
+    # too large to hash (HASH_MAX_FILE_BYTES) or not hashed in time is drift.
+    size: Optional[int] = None
+    mtime: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +336,16 @@ def _parse_file(check, index, raw):
         _require_str(check, where + '.group', group)
     if state == 'absent' and (mode is not None or owner is not None or group is not None):
         raise NodeStateInputError(check, where + '.state', state, 'mode, owner and group do not apply to absent')
+    size = raw.get('size')
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise NodeStateInputError(check, where + '.size', size, 'must be a number of bytes (an integer >= 0)')
+    mtime = raw.get('mtime')
+    if mtime is not None and (isinstance(mtime, bool) or not isinstance(mtime, (int, float))
+                              or not math.isfinite(mtime)):
+        raise NodeStateInputError(check, where + '.mtime', mtime, 'must be seconds since the epoch (a finite number)')
+    for name, value in (('size', size), ('mtime', mtime)):
+        if value is not None and state != 'file':
+            raise NodeStateInputError(check, where + '.' + name, value, 'only applies to state file, not %s' % state)
     entries = raw.get('entries')
     if entries is not None:
         if state != 'directory':
@@ -328,7 +354,7 @@ def _parse_file(check, index, raw):
             raise NodeStateInputError(check, where + '.entries', entries, 'must be a list of file names')
         entries = tuple(sorted(set(entries)))
     return FileSpec(path=path, state=state, sha1=sha1, mode=mode, owner=owner, group=group, entries=entries,
-                    read_sha1=bool(read_sha1))
+                    read_sha1=bool(read_sha1), size=size, mtime=None if mtime is None else float(mtime))
 
 
 def _optional_bool(check, field_name, value):
@@ -404,13 +430,83 @@ def parse_checks(raw_checks):
 
 # -- files, users, groups ------------------------------------------------------------------
 
-def sha1_of_file(path):
-    """Hex sha1 of a file's content, read in chunks."""
+class HashBudget:
+    """What one call may spend hashing files: bytes and seconds per file and in all. ``bytes_read``
+    is what it has read."""
+
+    def __init__(self, max_file_bytes=None, max_call_bytes=None, file_seconds=None, call_seconds=None,
+                 clock=time.monotonic):
+        self.max_file_bytes = HASH_MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
+        self.max_call_bytes = HASH_MAX_CALL_BYTES if max_call_bytes is None else max_call_bytes
+        self.file_seconds = HASH_FILE_SECONDS if file_seconds is None else file_seconds
+        self.call_seconds = HASH_CALL_SECONDS if call_seconds is None else call_seconds
+        self.clock = clock
+        self.started = clock()
+        self.bytes_read = 0
+
+    def why_not(self, size):
+        """Why a file of ``size`` bytes is not hashed (None: it is)."""
+        if size > self.max_file_bytes:
+            return 'over-size: %d B, over the %d B a file is hashed up to' % (size, self.max_file_bytes)
+        if self.bytes_read + size > self.max_call_bytes:
+            return ('over the call\'s hashing budget: %d B more would pass the %d B one call reads'
+                    % (size, self.max_call_bytes))
+        if self.clock() - self.started >= self.call_seconds:
+            return 'not hashed within the call\'s %g s' % self.call_seconds
+        return None
+
+
+class NotHashed(Exception):
+    """A file left unhashed by its budget; the message says why (over-size, out of time)."""
+
+
+def hash_descriptor(fd, size, budget):
+    """Hex sha1 of the open regular file ``fd`` of ``size`` bytes (fstat), read in chunks within
+    ``budget`` (NotHashed otherwise); a file that grew since fstat is not hashed past its bound."""
+    reason = budget.why_not(size)
+    if reason:
+        raise NotHashed(reason)
     digest = hashlib.sha1()
-    with open(path, 'rb') as handle:
-        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b''):
-            digest.update(chunk)
-    return digest.hexdigest()
+    started = budget.clock()
+    limit = min(budget.max_file_bytes, budget.max_call_bytes - budget.bytes_read)
+    done = 0
+    while True:
+        chunk = os.read(fd, min(HASH_CHUNK_BYTES, limit + 1 - done))
+        if not chunk:
+            return digest.hexdigest()
+        done += len(chunk)
+        budget.bytes_read += len(chunk)
+        if done > limit:
+            raise NotHashed('over-size: it grew past the %d B a file is hashed up to while being read' % limit)
+        digest.update(chunk)
+        now = budget.clock()
+        if now - started >= budget.file_seconds or now - budget.started >= budget.call_seconds:
+            raise NotHashed('not hashed within %g s (%d of %d B read)' % (
+                min(budget.file_seconds, budget.call_seconds), done, size))
+
+
+def open_regular(path):
+    """(descriptor, fstat) of ``path`` opened without following a final symbolic link and without
+    blocking (HASH_OPEN_FLAGS); OSError as open raises it (ELOOP: the path is a symbolic link)."""
+    fd = os.open(path, HASH_OPEN_FLAGS)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def sha1_of_file(path, budget=None):
+    """Hex sha1 of a regular file's content, read in chunks within ``budget`` (a fresh HashBudget
+    by default): OSError when the path is not a regular file (ELOOP for a symbolic link), NotHashed
+    when it is over the budget."""
+    fd, st = open_regular(path)
+    try:
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, 'not a regular file (%s)' % _file_kind(st.st_mode))
+        return hash_descriptor(fd, st.st_size, budget or HashBudget())
+    finally:
+        os.close(fd)
 
 
 def _error_text(exc):
@@ -451,25 +547,64 @@ def group_name(gid):
 MAX_DIRECTORY_ENTRIES = 4096
 
 
-def observe_file(path, want_sha1=False, want_entries=False):
-    """What the node has at ``path``, as JSON-able data: ``kind`` ('missing', 'a file', 'a
-    directory', ...), or ``error`` when it cannot be read; for files and directories the mode,
-    owner and group, and for a file the sha1 of its content when ``want_sha1``."""
+def _lstat_seen(path):
+    """(lstat result, None) or (None, what observe_file reports when the path cannot be read)."""
     try:
-        st = os.lstat(path)
+        return os.lstat(path), None
     except OSError as exc:
         # ENOTDIR: a parent is not a directory, so the path does not exist either.
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return {'kind': 'missing'}
-        return {'error': _error_text(exc)}
+            return None, {'kind': 'missing'}
+        return None, {'error': _error_text(exc)}
+
+
+def observe_file(path, want_sha1=False, want_entries=False, budget=None):
+    """What the node has at ``path``, as JSON-able data: ``kind`` ('missing', 'a file', 'a
+    directory', ...), or ``error`` when it cannot be read; for files and directories the mode,
+    owner and group, for a file its size and mtime and, when ``want_sha1``, the sha1 of its
+    content within ``budget`` (HashBudget; ``sha1_skipped`` says why not: over-size, out of time).
+
+    A file to hash is opened without following a symbolic link and without blocking
+    (HASH_OPEN_FLAGS), and what is reported is what fstat says of the open descriptor: a path
+    swapped for a link, a FIFO or a device after lstat is reported as that, never read."""
+    st, failed = _lstat_seen(path)
+    if failed is not None:
+        return failed
+    sha1 = skipped = sha1_error = None
+    if want_sha1 and stat.S_ISREG(st.st_mode):
+        try:
+            fd, st = open_regular(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                # swapped for a symbolic link since lstat: report the link, never its target
+                st, failed = _lstat_seen(path)
+                if failed is not None:
+                    return failed
+            elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return {'kind': 'missing'}
+            else:
+                sha1_error = _error_text(exc)
+        else:
+            try:
+                if stat.S_ISREG(st.st_mode):
+                    sha1 = hash_descriptor(fd, st.st_size, budget or HashBudget())
+            except NotHashed as exc:
+                skipped = str(exc)
+            except OSError as exc:
+                sha1_error = _error_text(exc)
+            finally:
+                os.close(fd)
     kind = _file_kind(st.st_mode)
     seen = {'kind': kind, 'mode': stat.S_IMODE(st.st_mode),
             'owner': user_name(st.st_uid), 'group': group_name(st.st_gid)}
-    if want_sha1 and kind == 'a file':
-        try:
-            seen['sha1'] = sha1_of_file(path)
-        except OSError as exc:
-            seen['sha1_error'] = _error_text(exc)
+    if kind == 'a file':
+        seen.update(size=st.st_size, mtime=st.st_mtime)
+    if sha1 is not None:
+        seen['sha1'] = sha1
+    if skipped is not None:
+        seen['sha1_skipped'] = skipped
+    if sha1_error is not None:
+        seen['sha1_error'] = sha1_error
     if want_entries and kind == 'a directory':
         try:
             seen['entries'] = sorted(os.listdir(path))[:MAX_DIRECTORY_ENTRIES]
@@ -500,7 +635,9 @@ def compare_file(spec, seen):
         return [Drift('%s: is %s, wanted %s' % (path, kind, wanted_kind), path, 'state', spec.state, _kind_state(kind))]
 
     drift = []
-    if spec.sha1 is not None:
+    if spec.sha1 is not None and seen.get('sha1_skipped'):
+        drift.extend(_unhashed_drift(spec, seen))
+    elif spec.sha1 is not None:
         if seen.get('sha1_error'):
             drift.append(Drift('%s: content cannot be read (%s)' % (path, seen['sha1_error']), path, 'sha1', spec.sha1, None))
         elif seen.get('sha1') is None:
@@ -528,6 +665,23 @@ def compare_file(spec, seen):
             if extra:
                 drift.append(Drift('%s: unexpected entries %s' % (path, ', '.join(extra)),
                                    path, 'entries', list(spec.entries), sorted(set(seen['entries']))))
+    return drift
+
+
+def _unhashed_drift(spec, seen):
+    """Drift of a file whose content was not hashed (``sha1_skipped``: over-size, out of time):
+    its size or mtime where the check wants one and the node's differs; where the check wants
+    neither, the content is not known to match, which is drift."""
+    path, why = spec.path, seen['sha1_skipped']
+    drift = []
+    if spec.size is not None and seen.get('size') != spec.size:
+        drift.append(Drift('%s: size %s B, wanted %d B (content not hashed: %s)' % (path, seen.get('size'), spec.size, why),
+                           path, 'size', spec.size, seen.get('size')))
+    if spec.mtime is not None and seen.get('mtime') != spec.mtime:
+        drift.append(Drift('%s: mtime %s, wanted %s (content not hashed: %s)' % (path, seen.get('mtime'), spec.mtime, why),
+                           path, 'mtime', spec.mtime, seen.get('mtime')))
+    if spec.size is None and spec.mtime is None:
+        drift.append(Drift('%s: content not hashed (%s)' % (path, why), path, 'sha1', spec.sha1, None))
     return drift
 
 
@@ -784,14 +938,17 @@ def observe(checks, systemctl=None):
     file contents): what crosses the wire when the comparison runs on the controller
     (gpu_facts' ``observe``). systemctl is read once for all units, each interpreter once."""
     files = {}
+    budget = HashBudget()   # one for the whole call: bytes and seconds spent hashing
     for check in checks:
         for spec in check.files:
             want_sha1 = spec.sha1 is not None or spec.read_sha1
             want_entries = spec.entries is not None
             seen = files.get(spec.path)
-            if seen is None or (want_sha1 and 'sha1' not in seen) or (want_entries and 'entries' not in seen):
-                files[spec.path] = observe_file(spec.path, want_sha1=want_sha1 or bool(seen and 'sha1' in seen),
-                                                want_entries=want_entries or bool(seen and 'entries' in seen))
+            hashed = bool(seen and ('sha1' in seen or 'sha1_skipped' in seen))
+            if seen is None or (want_sha1 and not hashed) or (want_entries and 'entries' not in seen):
+                files[spec.path] = observe_file(spec.path, want_sha1=want_sha1 or hashed,
+                                                want_entries=want_entries or bool(seen and 'entries' in seen),
+                                                budget=budget)
     http = {}
     for check in checks:
         for spec in check.http:

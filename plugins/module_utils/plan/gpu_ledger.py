@@ -61,7 +61,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack.records impor
     RecordInputError,
     gpu_vram_bookings,
 )
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS, type_name
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import fmt_gib
 
 # The cgroup-path marker of GPUStack's own processes (GPUStack 0.7.x runs its engines as
@@ -186,7 +186,7 @@ def _check_processes(gpu, where, total, markers):
                     'is not counted there' % where]
     if not isinstance(processes, (list, tuple)):
         raise LedgerInputError(where + '.processes', 'must be a list of process dicts, got %s'
-                               % type(processes).__name__)
+                               % type_name(processes))
     if len(processes) > MAX_PROCESSES:
         raise LedgerInputError(where + '.processes', '%d processes on one GPU (limit %d)'
                                % (len(processes), MAX_PROCESSES))
@@ -195,7 +195,7 @@ def _check_processes(gpu, where, total, markers):
         here = '%s.processes[%d]' % (where, position)
         if not isinstance(process, dict):
             raise LedgerInputError(here, 'must be a dict with pid and used_memory, got %s'
-                                   % type(process).__name__)
+                                   % type_name(process))
         pid = process.get('pid')
         if not _is_int(pid) or pid < 0:
             raise LedgerInputError(here + '.pid', 'must be a process id (integer >= 0), got %s' % _short(pid))
@@ -224,7 +224,7 @@ def _check_gpus(gpus, markers):
     for position, gpu in enumerate(gpus):
         where = 'gpus[%d]' % position
         if not isinstance(gpu, dict):
-            raise LedgerInputError(where, 'must be a dict, got %s' % type(gpu).__name__)
+            raise LedgerInputError(where, 'must be a dict, got %s' % type_name(gpu))
         index = _index(gpu.get('index'), where + '.index')
         if index in cards:
             raise LedgerInputError(where + '.index', 'GPU %d is listed twice' % index)
@@ -254,7 +254,7 @@ def _check_markers(markers):
 def _row_outside(plan, row, where):
     terms = row.get('terms') or {}
     if not isinstance(terms, dict):
-        raise LedgerInputError(where + '.terms', 'must be a dict, got %s' % type(terms).__name__)
+        raise LedgerInputError(where + '.terms', 'must be a dict, got %s' % type_name(terms))
     if 'outside_required' in terms:
         return _bytes(terms['outside_required'], where + '.terms.outside_required')
     return _bytes(plan.get('system_reserved_bytes') or 0, 'plan.system_reserved_bytes')
@@ -269,7 +269,7 @@ def _row_held(plan, row, where):
 def deployment_entries(name, plan, where):
     """[(gpu index, LedgerEntry)] of one deployment's plan dict."""
     if not isinstance(plan, dict):
-        raise LedgerInputError(where, 'must be a serving_plan plan dict, got %s' % type(plan).__name__)
+        raise LedgerInputError(where, 'must be a serving_plan plan dict, got %s' % type_name(plan))
     if not isinstance(plan.get('backend'), str):
         raise LedgerInputError(where + '.backend', 'must be a string, got %s' % _short(plan.get('backend')))
     memory = plan.get('memory')
@@ -279,7 +279,7 @@ def deployment_entries(name, plan, where):
     for position, row in enumerate(memory):
         if not isinstance(row, dict):
             raise LedgerInputError('%s.memory[%d]' % (where, position), 'must be a dict, got %s'
-                                   % type(row).__name__)
+                                   % type_name(row))
         total = row.get('total')
         if not _is_int(total) or not 0 < total <= MAX_BYTES:
             raise LedgerInputError('%s.memory[%d].total' % (where, position),
@@ -318,7 +318,7 @@ def gpu_ledger(gpus, deployments, system_reserved_bytes=0, gpustack_cgroup_marke
     cards, warnings = _check_gpus(gpus, markers)
     if not isinstance(deployments, (list, tuple)):
         raise LedgerInputError('deployments', 'must be a list of {name, plan, pinned}, got %s'
-                               % type(deployments).__name__)
+                               % type_name(deployments))
     if len(deployments) > MAX_DEPLOYMENTS:
         raise LedgerInputError('deployments', '%d deployments on one node (limit %d)'
                                % (len(deployments), MAX_DEPLOYMENTS))
@@ -327,7 +327,7 @@ def gpu_ledger(gpus, deployments, system_reserved_bytes=0, gpustack_cgroup_marke
     for position, item in enumerate(deployments):
         where = 'deployments[%d]' % position
         if not isinstance(item, dict):
-            raise LedgerInputError(where, 'must be a dict {name, plan, pinned}, got %s' % type(item).__name__)
+            raise LedgerInputError(where, 'must be a dict {name, plan, pinned}, got %s' % type_name(item))
         name = _name(item.get('name'), where + '.name')
         if name in seen:
             raise LedgerInputError(where + '.name', 'deployment %r is listed twice' % name)
@@ -420,12 +420,12 @@ def deployments_from_results(results):
     if results is None:
         return []
     if not isinstance(results, (list, tuple)):
-        raise LedgerInputError('results', 'must be the list kvpin_plans.results, got %s' % type(results).__name__)
+        raise LedgerInputError('results', 'must be the list kvpin_plans.results, got %s' % type_name(results))
     out = []
     for position, result in enumerate(results):
         where = 'results[%d]' % position
         if not isinstance(result, dict):
-            raise LedgerInputError(where, 'must be a dict, got %s' % type(result).__name__)
+            raise LedgerInputError(where, 'must be a dict, got %s' % type_name(result))
         if result.get('plan') is None:
             continue
         deployment = result.get('deployment')

@@ -36,7 +36,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_MLA, GGUFLayout, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
-    GpuMemory, Plan, PlanInputError, Traffic, check_gpu_totals)
+    GpuMemory, Plan, PlanInputError, Traffic, check_gpu_totals, type_name)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, ceil_div, fmt_bytes
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.fitted import (
     BYTES, Fitted, describe_together, source_rows_of)
@@ -875,9 +875,9 @@ class _Placement:
 def _check_inputs(spec, gpus, traffic):
     """Refuse what no plan can start from; returns the CUDA-visible total of each GPU."""
     if not isinstance(spec, ModelSpec):
-        raise PlanInputError('model', 'expected a ModelSpec, got %s' % type(spec).__name__)
+        raise PlanInputError('model', 'expected a ModelSpec, got %s' % type_name(spec))
     if not isinstance(traffic, Traffic):
-        raise PlanInputError('traffic', 'expected a Traffic, got %s' % type(traffic).__name__)
+        raise PlanInputError('traffic', 'expected a Traffic, got %s' % type_name(traffic))
     for name in sorted(set(spec.layer_kinds)):
         if kind_of(name).llamacpp_refusal:
             raise PlanInputError('model', '%s has %d %s layers (kind %r): %s' % (

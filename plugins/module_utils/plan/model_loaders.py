@@ -23,6 +23,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import
     GEOMETRY_LIMITS, GGUFLayout, LAYER_CROSS, LAYER_FULL, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING,
     MAX_WEIGHT_BYTES, ModelSpec, ModelSpecError, check_int_range, check_spec)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import gguf_reader
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import type_name
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_catalog import (
     CATALOG, ALIASES)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import ceil_div
@@ -79,6 +80,28 @@ SAFETENSORS_DTYPES = {
     'F4': None, 'F6_E2M3': None, 'F6_E3M2': None,
 }
 SHARD_NAME_RE = re.compile(r'^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.safetensors$')
+
+# How far the weights a checkpoint holds (safetensors headers, an index's total_size, the hub's
+# total) may be from what its own config.json implies (parameters x bytes per parameter of the
+# declared dtype / quantization, ``computed_weight_bytes``) before a plan refuses it. For every
+# catalog checkpoint the two agree to the byte; the ways a real checkpoint differs from its
+# config's decoder only ever add weights (a vision or audio tower, MTP layers, modules left
+# unquantized), and a config whose dimensions a checkpoint does not follow is not a model this
+# planner sizes. So: at least half (a partial download, a wrong config or a header that lies is
+# off by far more: the issue's 8 KiB for a 16 GB model is 1e-6), at most twice (four times for a
+# multimodal model, whose towers the decoder count leaves out).
+WEIGHT_CHECK_LOW = 0.5
+WEIGHT_CHECK_HIGH = 2.0
+WEIGHT_CHECK_HIGH_MULTIMODAL = 4.0
+# A quantization this loader cannot size (weights given or read, not computed): no served format
+# stores fewer bits per parameter than this (ternary BitNet 1.58, llama.cpp IQ1_S 1.56), nor more
+# than fp32.
+MIN_BITS_PER_WEIGHT = 1.5
+MAX_BITS_PER_WEIGHT = 32
+# An index's metadata.total_size against the sum of its shards' headers: both count the same
+# tensors, so they agree to the byte in real checkpoints; 1 % allows for a writer that counts a
+# shared tensor twice, never for a different model.
+INDEX_TOTAL_TOLERANCE = 0.01
 
 GGUF_SUFFIX = '.gguf'
 SAFETENSORS_INDEX = 'model.safetensors.index.json'
@@ -207,7 +230,7 @@ class ArchDims:
 def arch_dims(config):
     """Normalize an HF config dict into ``ArchDims`` (ModelSpecError names a bad key)."""
     if not isinstance(config, dict):
-        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type(config).__name__)
+        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type_name(config))
     text, multimodal = _text_config(config)
     arch = _architecture(config, text)
     mtype = _model_type(config, text)
@@ -375,11 +398,56 @@ def _moe_groups(dims):
     return groups
 
 
+def config_tensor_groups(config):
+    """Every weight tensor family an HF config's architecture implies: the decoder's
+    (``weight_tensor_groups``: embeddings, attention with its KV heads (GQA) or MLA latents, dense
+    MLP or routed and shared experts, norms, lm_head unless tied) or an encoder-decoder's
+    (``whisper_tensor_groups``)."""
+    if _architecture(config, config) in ENCODER_DECODER_ARCHITECTURES:
+        return whisper_tensor_groups(_encoder_decoder_numbers(config))
+    return weight_tensor_groups(arch_dims(config))
+
+
 def param_count(model):
-    """Parameters of a ModelSpec (its ``param_count``) or of an HF config dict."""
+    """Parameters of a ModelSpec (its ``param_count``), of a list of ``TensorGroup`` or of an HF
+    config dict (``config_tensor_groups``): the one count every spec and every check of a
+    checkpoint against its config uses."""
     if isinstance(model, ModelSpec):
         return model.param_count
-    return sum(g.elements for g in weight_tensor_groups(arch_dims(model)))
+    groups = model if isinstance(model, list) else config_tensor_groups(model)
+    return sum(g.elements for g in groups)
+
+
+def check_weights_against_config(spec, where):
+    """``spec`` unless the weights it carries (``weight_bytes``, read from what ``where`` names:
+    a checkpoint's safetensors headers, its index, the hub's total) are outside what its own
+    config implies: WEIGHT_CHECK_LOW..HIGH of ``computed_weight_bytes`` (parameters x bytes per
+    parameter of the declared dtype or quantization), or, where the quantization is not one this
+    loader sizes, MIN..MAX_BITS_PER_WEIGHT per parameter. ModelSpecError naming ``where`` and
+    both numbers otherwise: a plan built on weights the config contradicts promises the wrong
+    memory to the KV cache."""
+    computed = spec.extra.get('computed_weight_bytes')
+    params = spec.param_count
+    multimodal = bool(spec.extra.get('multimodal'))
+    high_factor = WEIGHT_CHECK_HIGH_MULTIMODAL if multimodal else WEIGHT_CHECK_HIGH
+    if computed:
+        low, high = computed * WEIGHT_CHECK_LOW, computed * high_factor
+        implied = '%d B as %s' % (computed, spec.extra.get('quant_scheme') or 'stored')
+        bounds = '%d%%..%d%% of that' % (WEIGHT_CHECK_LOW * 100, high_factor * 100)
+    else:
+        low = params * MIN_BITS_PER_WEIGHT / 8
+        high = params * MAX_BITS_PER_WEIGHT / 8 * (high_factor / WEIGHT_CHECK_HIGH)
+        implied = 'quantization %s, not sized here' % (spec.quantization or 'unknown')
+        bounds = '%g..%d bits per parameter' % (MIN_BITS_PER_WEIGHT, MAX_BITS_PER_WEIGHT)
+    if low <= spec.weight_bytes <= high:
+        return spec
+    raise ModelSpecError('model', '%s: %d B of weights, but the config.json it comes with describes %d '
+                         'parameters (%s; %s): a checkpoint of that model holds %s%s, so this is not '
+                         'the model the config describes (a partial download, another model\'s config, '
+                         'or a file whose header lies); refused'
+                         % (where, spec.weight_bytes, params, implied,
+                            'text decoder only' if multimodal else 'whole model', bounds,
+                            ' (%d..%d B)' % (low, high)))
 
 
 # ---------------------------------------------------------------- stored bytes by scheme
@@ -430,7 +498,7 @@ def quant_scheme(config, dtype_bytes=2):
         return QuantScheme(None, dtype_bytes, describe='%d B/param (%s)' % (
             dtype_bytes, 'bf16/fp16' if dtype_bytes == 2 else 'fp32'))
     if not isinstance(qc, dict):
-        raise ModelSpecError('model', 'quantization_config must be a dict, got %s' % type(qc).__name__)
+        raise ModelSpecError('model', 'quantization_config must be a dict, got %s' % type_name(qc))
     if not isinstance(qc.get('quant_method', ''), str):
         raise ModelSpecError('model', 'quantization_config.quant_method must be a string, got %r'
                              % (qc.get('quant_method'),))
@@ -571,7 +639,7 @@ def layer_kinds_from_config(config):
     if layer_types:
         if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
             raise ModelSpecError('model', "config key 'layer_types' must be a list of strings, "
-                                 "got %s" % type(layer_types).__name__)
+                                 "got %s" % type_name(layer_types))
         if len(layer_types) != dims_layers:
             raise ModelSpecError('model', 'layer_types has %d entries for %d layers'
                                  % (len(layer_types), dims_layers))
@@ -734,7 +802,7 @@ def spec_from_encoder_decoder_config(config, name, weight_bytes=None, weight_not
         head_dim=cfg['d_model'] // cfg['decoder_attention_heads'], vocab_size=cfg['vocab_size'],
         max_position_embeddings=cfg['max_target_positions'], tie_word_embeddings=True, dtype_bytes=2,
         layer_kinds=[LAYER_FULL, LAYER_CROSS] * dec, max_encoder_len=cfg['max_source_positions'],
-        param_count=sum(g.elements for g in groups), weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
+        param_count=param_count(groups), weight_bytes=int(weight_bytes), weight_bytes_exact=exact,
         weight_bytes_note=note, quantization=None, replicated_bytes=replicated,
         extra={
             'model_type': _model_type(config, config),
@@ -758,7 +826,7 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
     ``weight_bytes``: the checkpoint's stored bytes when known (safetensors index); else
     they are computed from the dimensions and the quantization scheme."""
     if not isinstance(config, dict):
-        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type(config).__name__)
+        raise ModelSpecError('model', 'an HF config must be a dict, got %s' % type_name(config))
     config = {k: v for k, v in config.items() if not str(k).startswith('_')}
     if _architecture(config, config) in ENCODER_DECODER_ARCHITECTURES:
         return spec_from_encoder_decoder_config(config, name, weight_bytes, weight_note, source,
@@ -768,7 +836,7 @@ def spec_from_hf_config(config, name, weight_bytes=None, weight_note=None, sourc
     stored_dtype = _dtype_bytes(config)
     loaded_dtype = min(stored_dtype, LOADED_FLOAT_BYTES)
     groups = weight_tensor_groups(dims)
-    params = sum(g.elements for g in groups)
+    params = param_count(groups)
     try:
         scheme = quant_scheme(config, loaded_dtype)
     except ModelSpecError:
@@ -843,8 +911,11 @@ def spec_from_catalog(name):
     note = None
     if weight_bytes is not None:
         note = 'safetensors index metadata.total_size (%s)' % entry.get('_weight_bytes_source')
-    return spec_from_hf_config(entry, name, weight_bytes=weight_bytes, weight_note=note,
+    spec = spec_from_hf_config(entry, name, weight_bytes=weight_bytes, weight_note=note,
                                source='catalog', weight_bytes_exact=weight_bytes is not None)
+    if weight_bytes is not None:
+        check_weights_against_config(spec, 'catalog entry %s (%s)' % (name, entry.get('_weight_bytes_source')))
+    return spec
 
 
 def _refuse_constant(name):
@@ -913,12 +984,31 @@ def _safetensors_tensor_bytes(path):
         raise ModelSpecError('model', '%s: safetensors header cannot be parsed: not a JSON object'
                              % path)
     payload = size - 8 - header_len
+    _check_not_truncated(path, header, size, header_len, payload)
     sizes = {}
     for position, (name, info) in enumerate(header.items()):
         if name == '__metadata__':
             continue
         sizes[name] = _tensor_span(path, position, info, payload)
     return sizes
+
+
+def _check_not_truncated(path, header, size, header_len, payload):
+    """ModelSpecError naming the file and both sizes when a tensor's data ends past the end of
+    the file (a download cut short): the size the header claims is 8 + its length + the last
+    tensor's end."""
+    claimed, last = payload, None
+    for position, (name, info) in enumerate(header.items()):
+        offsets = info.get('data_offsets') if isinstance(info, dict) and name != '__metadata__' else None
+        if (isinstance(offsets, list) and len(offsets) == 2 and all(_is_plain_int(o) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] and offsets[1] > claimed):
+            claimed, last = offsets[1], (position, offsets)
+    if last is not None:
+        position, (begin, end) = last
+        raise ModelSpecError('model', '%s is truncated: the file is %d B, its header claims %d B '
+                             '(safetensors tensor #%d: data_offsets [%d, %d] lie outside the %d-byte '
+                             'payload); complete the download' % (path, size, 8 + header_len + claimed,
+                                                                  position, begin, end, payload))
 
 
 def _tensor_span(path, position, info, payload):
@@ -1017,9 +1107,16 @@ def _as_loaded(stored, note, config):
     return stored, note
 
 
+def _shard_label(path, files):
+    if len(files) == 1:
+        return os.path.join(path, files[0])
+    return '%s (%d shards, %s .. %s)' % (path, len(files), files[0], files[-1])
+
+
 def _model_dir_weight_bytes(path, config):
-    """(bytes vLLM loads, note) from safetensors headers or the index; (None, None) when
-    the directory has neither."""
+    """(bytes vLLM loads, note, what they were read from) from safetensors headers or, with no
+    shard downloaded, the index; (None, None, None) when the directory has neither. A partial
+    set of shards and an index total the shards contradict are refused."""
     dims = _weight_dims(config)
     index_path = os.path.join(path, SAFETENSORS_INDEX)
     total, weight_map = _read_index(index_path) if os.path.isfile(index_path) else (None, {})
@@ -1031,33 +1128,42 @@ def _model_dir_weight_bytes(path, config):
                              'has more than %d shards' % (path, len(files), MAX_SHARDS))
     absent = sorted(set(weight_map.values()) - set(files))
     absent += [f for f in _missing_shards(files) if f not in absent]
-    shards_complete = not absent
-    if files and absent and total is None:
-        # Summing the shards present would size a fraction of the model as the whole.
-        raise ModelSpecError('model', 'model directory %s is incomplete: %d shard(s) missing (%s%s) '
-                             'and no %s metadata.total_size to size it from; complete the '
+    if files and absent:
+        # Summing the shards present would size a fraction of the model as the whole, and an
+        # index total beside a partial download is a figure nothing on disk backs.
+        raise ModelSpecError('model', 'model directory %s is incomplete: %d shard(s) missing (%s%s) of '
+                             'the %d its index and shard names call for (%d present%s); complete the '
                              'download' % (path, len(absent), ', '.join(absent[:4]),
-                                           ', ...' if len(absent) > 4 else '', SAFETENSORS_INDEX))
-    if files and shards_complete:
+                                           ', ...' if len(absent) > 4 else '', len(absent) + len(files),
+                                           len(files), '' if total is None else
+                                           '; %s metadata.total_size %d B' % (SAFETENSORS_INDEX, total)))
+    if files:
         loaded = 0
         skipped = {}
+        indexed = 0
+        named = set(weight_map.values())
         for name_ in files:
             for tensor, size in _safetensors_tensor_bytes(os.path.join(path, name_)).items():
+                if name_ in named:
+                    indexed += size
                 reason = _not_loaded(tensor, dims)
                 if reason:
                     skipped[reason] = skipped.get(reason, 0) + size
                 else:
                     loaded += size
+        if total is not None and named and abs(indexed - total) > INDEX_TOTAL_TOLERANCE * max(indexed, total):
+            raise ModelSpecError('model', '%s: metadata.total_size %d B, but the %d shard(s) it names '
+                                 'hold %d B of tensors (their safetensors headers); an index that '
+                                 'disagrees with its shards by more than %g%% belongs to another '
+                                 'checkpoint' % (index_path, total, len(named), indexed,
+                                                 INDEX_TOTAL_TOLERANCE * 100))
         note = 'sum of tensor sizes in %d safetensors header(s)' % len(files)
         for reason, size in sorted(skipped.items()):
             note += '; %d B not counted (%s)' % (size, reason)
-        return _as_loaded(loaded, note, config)
+        return _as_loaded(loaded, note, config) + (_shard_label(path, files),)
     if total is not None:
         weight_bytes = int(total)
-        note = '%s metadata.total_size' % SAFETENSORS_INDEX
-        if files and absent:
-            note += (' (%d of the shards it names are not in the directory: %s%s)'
-                     % (len(absent), ', '.join(absent[:4]), ', ...' if len(absent) > 4 else ''))
+        note = '%s metadata.total_size (no shard downloaded)' % SAFETENSORS_INDEX
         if dims.tie_word_embeddings and any(t in weight_map for t in TIED_HEAD_NAMES):
             head = dims.vocab_size * dims.hidden_size * _dtype_bytes(config)
             weight_bytes -= head
@@ -1066,16 +1172,19 @@ def _model_dir_weight_bytes(path, config):
         if mtp:
             note += ('; includes %d tensors of layers past num_hidden_layers (MTP) that vLLM '
                      'does not load by default' % len(mtp))
-        return _as_loaded(weight_bytes, note, config)
-    return None, None
+        return _as_loaded(weight_bytes, note, config) + ('%s (metadata.total_size %d B)' % (index_path, total),)
+    return None, None, None
 
 
 def spec_from_model_dir(path):
     """ModelSpec from a local HF model directory (config.json + safetensors).
 
     Weight bytes: per-tensor sizes from the safetensors headers when every shard is
-    present (tensors vLLM skips are left out and named in the note), else the index's
-    metadata.total_size, else computed from the dimensions."""
+    present (tensors vLLM skips are left out and named in the note; the index's total_size
+    must agree with them), else, with no shard downloaded, the index's metadata.total_size,
+    else computed from the dimensions. Shards missing from a partial download, a shard
+    shorter than its header says, and weights outside what the config implies
+    (``check_weights_against_config``) are refused."""
     config_path = os.path.join(path, 'config.json')
     if not os.path.isfile(config_path):
         raise ModelSpecError('model', 'model directory %s has no readable config.json (no such '
@@ -1084,9 +1193,12 @@ def spec_from_model_dir(path):
     if not isinstance(config, dict):
         raise ModelSpecError('model', '%s must hold a JSON object' % config_path)
     name = os.path.basename(os.path.normpath(path))
-    weight_bytes, note = _model_dir_weight_bytes(path, config)
-    return spec_from_hf_config(config, name, weight_bytes=weight_bytes, weight_note=note,
+    weight_bytes, note, where = _model_dir_weight_bytes(path, config)
+    spec = spec_from_hf_config(config, name, weight_bytes=weight_bytes, weight_note=note,
                                source='model_dir', weight_bytes_exact=weight_bytes is not None)
+    if weight_bytes is not None:
+        check_weights_against_config(spec, where)
+    return spec
 
 
 # ---------------------------------------------------------------- GGUF

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, type_name
 # Layer kinds, one per decoder layer, in ``ModelSpec.layer_kinds``: defined (and costed) in
 # attention_kinds, re-exported here for the loaders and planners that build specs.
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import (  # pylint: disable=unused-import
@@ -67,7 +67,7 @@ def check_int_range(what, key, value, low, high):
     naming ``what`` (the model) and ``key``. Returns the value."""
     if not _is_int(value):
         raise ModelSpecError('model', '%s: %s must be an integer, got %r (%s)'
-                             % (what, key, value, type(value).__name__))
+                             % (what, key, value, type_name(value)))
     if not low <= value <= high:
         raise ModelSpecError('model', '%s: %s = %d is out of range (%d..%d)'
                              % (what, key, value, low, high))

@@ -114,10 +114,15 @@ class Plan:
     # (its classes are compared in blocks). Not output: kv_cache_tokens and each GPU's kv_cache
     # say the same to an operator, and the layouts are planner objects.
     kv_pool: Optional[KvPool] = field(default=None, compare=False, repr=False)
+    # With a measurement (module measured_traffic): {traffic: declared vs measured per figure,
+    # per hour, traffic_classes proposal; kv_pool: planned vs actual}. Output only when given.
+    measured: Optional[Dict[str, object]] = None
 
     def to_dict(self):
         out = asdict(replace(self, kv_pool=None))
         del out['kv_pool']
+        if out['measured'] is None:
+            del out['measured']
         return out
 
 
@@ -212,6 +217,22 @@ def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The types a value from YAML, JSON or a module argument can have, by the name a user knows them
+# by, most specific first (a bool is an int). Ansible wraps templated values in subclasses with
+# private names (ansible-core 2.19: ``_AnsibleTaggedInt``, ``_AnsibleTaggedList``, ...).
+USER_TYPE_NAMES = ((bool, 'bool'), (int, 'int'), (float, 'float'), (str, 'str'), (bytes, 'bytes'),
+                   (dict, 'dict'), (list, 'list'), (tuple, 'list'), (set, 'list'), (type(None), 'null'))
+
+
+def type_name(value):
+    """The name of ``value``'s type as a user wrote it (``int``, ``list``, ``str``, ``dict``,
+    ``float``, ``bool``, ``null``), whatever subclass carries it; any other object by its class."""
+    for kind, name in USER_TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def positive_int(field_name, value, upper):
     """``value`` as a whole number in 1..upper (a numeric string too); PlanInputError naming
     ``field_name`` otherwise."""
@@ -251,7 +272,7 @@ def check_gpus(gpus):
                                      '(did gpu_facts report gpus: [] on this node?)')
     if not isinstance(gpus, (list, tuple)):
         raise PlanInputError('gpus', 'must be a list of GPU dicts as in kvpin_gpus.gpus, got %s'
-                             % type(gpus).__name__)
+                             % type_name(gpus))
     if len(gpus) > MAX_GPUS:
         raise PlanInputError('gpus', '%d GPUs given; a deployment plans at most %d (one node\'s '
                                      'GPUs)' % (len(gpus), MAX_GPUS))
@@ -269,7 +290,7 @@ def check_gpu(position, gpu):
     type and range of a real GPU (PlanInputError naming ``gpus[i].key`` otherwise)."""
     where = 'gpus[%d]' % position
     if not isinstance(gpu, dict):
-        raise PlanInputError(where, 'must be a dict, got %s' % type(gpu).__name__)
+        raise PlanInputError(where, 'must be a dict, got %s' % type_name(gpu))
     missing = [key for key in GPU_KEYS if key not in gpu]
     if missing:
         raise PlanInputError(where, 'missing %s' % ', '.join(missing))
@@ -277,7 +298,7 @@ def check_gpu(position, gpu):
     if not is_int(index) or not 0 <= index < 1 << 16:
         raise PlanInputError(where + '.index', 'must be a GPU index (integer >= 0), got %r' % (index,))
     if not isinstance(gpu['name'], str):
-        raise PlanInputError(where + '.name', 'must be a string, got %s' % type(gpu['name']).__name__)
+        raise PlanInputError(where + '.name', 'must be a string, got %s' % type_name(gpu['name']))
     total = gpu['memory_total']
     if not is_int(total) or total <= 0:
         raise PlanInputError(where + '.memory_total',
@@ -301,4 +322,4 @@ def check_gpu(position, gpu):
     for key in ('uuid',):
         if gpu.get(key) is not None and not isinstance(gpu[key], str):
             raise PlanInputError('%s.%s' % (where, key), 'must be a string, got %s'
-                                 % type(gpu[key]).__name__)
+                                 % type_name(gpu[key]))

@@ -12,6 +12,7 @@ the scheduler VRAM the plans said to keep free).
 
 from __future__ import annotations
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import type_name
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, ceil_div
 
 
@@ -47,11 +48,11 @@ def plans_vram_reserved_bytes(plans):
         return 0
     if not isinstance(plans, (list, tuple)):
         raise SystemReservedError('plans must be a list of serving_plan plan dicts, got %s'
-                                  % type(plans).__name__)
+                                  % type_name(plans))
     largest = 0
     for position, plan in enumerate(plans):
         if not isinstance(plan, dict):
-            raise SystemReservedError('plans[%d] must be a dict, got %s' % (position, type(plan).__name__))
+            raise SystemReservedError('plans[%d] must be a dict, got %s' % (position, type_name(plan)))
         value = plan.get('system_reserved_bytes')
         if value is None:
             continue

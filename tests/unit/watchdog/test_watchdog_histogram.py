@@ -69,13 +69,16 @@ def test_window_uses_deltas_and_sums_engines(wd):
     assert p95 == pytest.approx(1.0 + 1.5 * 0.95)
 
 
-def test_counter_reset_drops_the_interval(wd):
+def test_counter_reset_counts_the_new_values_as_the_increase(wd):
+    """As Prometheus' rate(): a count that falls was reset, its new value is the increase since."""
     win = wd.HistogramWindow(0.95, min_observations=5)
     win.update(0, {0.5: 50.0, math.inf: 60.0})
-    assert win.update(60, {0.5: 3.0, math.inf: 4.0}) is None     # engine restarted
-    assert "reset" in win.last_status
-    # Deltas now count from the post-restart baseline.
-    assert win.update(120, {0.5: 13.0, math.inf: 14.0}) == pytest.approx(0.5 * 0.95 * 10 / 10)
+    assert win.update(60, {0.5: 3.0, math.inf: 4.0}) is None     # engine restarted: 4 observations
+    assert "reset" in win.last_status and "accumulating (4 observations)" in win.last_status
+    # 10 more after it: 14 in all, 13 of them <= 0.5 s (none lost, none counted twice).
+    assert win.update(120, {0.5: 13.0, math.inf: 14.0}) == pytest.approx(
+        wd.bucket_quantile(0.95, {0.5: 13.0, math.inf: 14.0}))
+    assert win.last_status.startswith("ok (14 observations)")
 
 
 def test_minimum_observations_accumulate_then_expire(wd):
@@ -133,9 +136,9 @@ def test_latency_lines_only_parse_keeps_every_sample_the_sensor_reads(wd, monkey
     got = sensor.from_text(60.0, text.replace("} 8.0\n", "} 30.0\n"))
 
     reference = wd.LatencySensor(cfg)
-    original = wd.parse_exposition
+    original = wd.exposition.parse_page
     # parse everything (LatencySensor, in the package's sensors module, looks the parser up there)
-    monkeypatch.setattr(wd.sensors, "parse_exposition", lambda body, names=None: original(body))
+    monkeypatch.setattr(wd.sensors, "parse_page", lambda body, names=None: original(body))
     reference.from_text(0.0, text)
     expected = reference.from_text(60.0, text.replace("} 8.0\n", "} 30.0\n"))
     assert got == expected and got["ttft_p95"] is not None

@@ -106,6 +106,10 @@ DEFAULTS: Dict[str, object] = {
     "tick_deadline_seconds": 30,       # all network reads of one tick together
     "max_body_bytes": 8 * MiB,         # an HTTP body larger than this is refused
     "watchdog_sec": None,              # the unit's WatchdogSec (check-config checks against it)
+    # Liveness: WATCHDOG=1 stops once no memory sample has reached the decision engine for this
+    # long (a deployment with no running instance on this worker is not blind), so systemd
+    # restarts a blind watchdog after WatchdogSec more. 0 = never (ticks alone prove liveness).
+    "memory_blind_seconds": 900,
     # Scheduled traffic-class profiles (serving_plan strategy 'scheduled'): profile name ->
     # the deployment's backend_parameters in that profile. switch-profile puts one in place.
     "profiles": None,
@@ -182,6 +186,7 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "tick_deadline_seconds": (0.5, 600, False),
     "max_body_bytes": (1024, 1024 * MiB, True),
     "watchdog_sec": (1, 24 * 3600, False),
+    "memory_blind_seconds": (0, 30 * 24 * 3600, False),
     "profile_switch_grace_seconds": (0, 24 * 3600, False),
     "profile_settle_seconds": (0, 3600, False),
     "gpustack_model_id": (1, 2 ** 62, True),
@@ -361,6 +366,11 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
                     float(cfg["interval_seconds"]), float(wsec)))
             if float(wsec) < 4:
                 errors.append("watchdog_sec must be >= 4 (the main loop notifies once a second)")
+        blind = float(cfg.get("memory_blind_seconds") or 0)
+        if blind and blind < 2 * float(cfg["interval_seconds"]):
+            errors.append("memory_blind_seconds (%g s) must be 0 (never) or at least two intervals "
+                          "(2 x interval_seconds = %g s): one failed sample is no blindness" % (
+                              blind, 2 * float(cfg["interval_seconds"])))
     errors.extend(profiles_problems(cfg.get("profiles")))
     errors.extend(schedule_problems(cfg.get("profile_schedule"), cfg.get("profiles")))
     if cfg.get("pre_recycle_command") is not None and (

@@ -9,13 +9,13 @@ import json
 import signal
 import sys
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 from .config import HOUR, tick_deadline
 from .decision import Decision, DecisionEngine
 from .httpio import redacted_config
 from .sensors import LatencySensor, MemorySensor
-from .gpustack import DeploymentSensor, GPUStackAPI
+from .gpustack import INSTANCE_STATES_RUNNING, DeploymentSensor, GPUStackAPI
 from .actuators import Actuator, DeploymentActuator
 from .profile_switch import ProfileSwitch, read_profile_marker, scrape_running_requests
 from .outputs import render_metrics, sd_notify, write_textfile
@@ -41,6 +41,19 @@ class Daemon:
         self.tick_deadline: Optional[float] = None   # monotonic; None = no tick in progress
         self.limit_source: Optional[str] = None
         self.after_switch = False     # a profile switch's grace period ended: the trend restarts
+        self.status_line = "starting"
+        # Liveness: when a memory sample last reached the decision engine (time.monotonic), or
+        # the deployment was seen to have no running instance here (nothing to watch).
+        self.memory_seen_at = time.monotonic()
+        self.blind_logged = False
+        self.instance_start: Optional[Tuple[int, int, Optional[int]]] = None   # (id, restart_count, pid)
+        # Scraped families dropped as unsound and pages refused: counted per (family, reason) /
+        # reason (fixed vocabularies: bounded), each logged the first time only.
+        self.families_dropped: Dict[Tuple[str, str], int] = {}
+        self.pages_refused: Dict[str, int] = {}
+        self.drops_logged: Set[Tuple[str, str]] = set()
+        self.state["families_dropped"] = self.families_dropped
+        self.state["pages_refused"] = self.pages_refused
 
     def log(self, event: str, **fields: object) -> None:
         record = {"ts": round(self.clock(), 3), "target": self.cfg["name"], "event": event}
@@ -51,12 +64,57 @@ class Daemon:
     def _running_requests(self) -> Optional[float]:
         return scrape_running_requests(self.cfg, self.deployment.metrics_url() if self.deployment else None)
 
+    def _sample_latency(self, now: float, deadline: float, url: Optional[str] = None) -> Dict[str, object]:
+        """The latency signal; whatever goes wrong in it never stops the tick's memory sample
+        from reaching the decision engine (the sensor itself does not raise on a hostile page)."""
+        try:
+            lat = self.latency.sample(now, metrics_url=url, deadline=deadline)
+        except Exception as exc:  # noqa: BLE001 - memory is the signal that recycles: keep it
+            return {"ttft_p95": None, "preemptions": None, "corroboration": {},
+                    "status": "latency sensor failed: %s: %s" % (type(exc).__name__, str(exc)[:200])}
+        self._count_unsound(lat)
+        return lat
+
+    def _count_unsound(self, lat: Dict[str, object]) -> None:
+        for family, reason, detail in lat.get("dropped") or ():
+            key = (str(family), str(reason))
+            if key not in self.families_dropped and len(self.families_dropped) >= 512:
+                continue
+            self.families_dropped[key] = self.families_dropped.get(key, 0) + 1
+            if key not in self.drops_logged:
+                self.drops_logged.add(key)
+                self.log("metric_family_dropped", family=key[0], reason=key[1], detail=detail,
+                         note="logged once per family and reason; every drop is counted in "
+                              "kvpin_watchdog_metric_families_dropped_total")
+        refused = lat.get("refused")
+        if refused:
+            reason, detail = refused
+            self.pages_refused[reason] = self.pages_refused.get(reason, 0) + 1
+            if ("", reason) not in self.drops_logged:
+                self.drops_logged.add(("", reason))
+                self.log("metrics_page_refused", reason=reason, detail=detail,
+                         note="logged once per reason; every refusal is counted in "
+                              "kvpin_watchdog_metrics_pages_refused_total")
+
+    def _engine_restarted(self, mem: Dict[str, object]) -> bool:
+        """A new engine process: the memory sensor saw it (identity), or GPUStack's
+        restart_count of the same instance moved (a container restarted in place)."""
+        inst = mem.get("instance")
+        restarted = bool(mem.get("restarted"))
+        if inst is not None:
+            start = (inst.id, inst.restart_count, inst.pid)
+            if self.instance_start is not None and start != self.instance_start:
+                restarted = True
+            self.instance_start = start
+        return restarted
+
     def _sample_deployment(self, now: float, deadline: float) -> Tuple[Dict[str, object], Dict[str, object]]:
         mem = self.deployment.sample(deadline)
-        if mem["restarted"]:
-            self.latency.reset()
+        if self._engine_restarted(mem):
+            mem["restarted"] = True       # the decision engine's trend restarts too
+            self.latency.note_restart()
         url = self.deployment.metrics_url() if mem.get("instance") is not None else None
-        lat = self.latency.sample(now, metrics_url=url, deadline=deadline)
+        lat = self._sample_latency(now, deadline, url)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
             self.log("limit", limit_bytes=mem["limit"], source=mem["limit_source"])
             self.limit_source = mem["limit_source"]
@@ -72,7 +130,9 @@ class Daemon:
             mem, lat = self._sample_deployment(now, deadline)
         else:
             mem = self.memory.sample()
-            lat = self.latency.sample(now, deadline=deadline)
+            if mem["restarted"]:
+                self.latency.note_restart()
+            lat = self._sample_latency(now, deadline)
         if mem.get("limit"):
             self.engine.cfg["memory_limit_bytes"] = int(mem["limit"])
         switch = read_profile_marker(self.cfg, self.clock())
@@ -86,6 +146,7 @@ class Daemon:
                                     switch["profile"], switch["age_seconds"],
                                     float(self.cfg["profile_switch_grace_seconds"])))
             self.log("decision", **json.loads(decision.to_json()))
+            self._note_memory(mem)
             self._finish(decision)
             return decision
         restarted = bool(mem["restarted"]) or self.after_switch
@@ -95,12 +156,17 @@ class Daemon:
         if mem["memory_bytes"] is None:
             decision = Decision(t=now, action="none", phase="collecting",
                                 reason=str(mem.get("status") or "no memory reading (cgroup %s)" % mem["cgroup"]))
-            self.log("decision", **json.loads(decision.to_json()))
+            record = json.loads(decision.to_json())
+            record.setdefault("latency_status", lat.get("status"))
+            self.log("decision", **record)
+            self._note_memory(mem)
+            self._check_blind(decision.reason)
             self._finish(decision)
             return decision
         decision = self.engine.feed(now, mem["memory_bytes"], ttft_p95=lat["ttft_p95"],
                                     preemptions=lat["preemptions"], restarted=restarted,
                                     corroboration=lat["corroboration"])
+        self._note_memory(mem)
         record = json.loads(decision.to_json())
         record["memory_source"] = mem["source"]
         record["per_process_bytes"] = mem["per_process"]
@@ -117,6 +183,37 @@ class Daemon:
             "config memory_limit_bytes" if self.cfg.get("memory_limit_bytes") else None)
         self._finish(decision)
         return decision
+
+    def _note_memory(self, mem: Dict[str, object]) -> None:
+        """Liveness bookkeeping: a memory reading, or a deployment the API says has no running
+        instance on this worker (nothing to watch, so not blind), counts as sight."""
+        inst = mem.get("instance")
+        absent = self.deployment is not None and (
+            (inst is None and not str(mem.get("status") or "").startswith("GPUStack API"))
+            or (inst is not None and inst.state not in INSTANCE_STATES_RUNNING))
+        if mem.get("memory_bytes") is not None or absent:
+            self.memory_seen_at = time.monotonic()
+            if mem.get("memory_bytes") is not None:
+                self.state["last_memory_sample_timestamp"] = self.clock()
+            if self.blind_logged:
+                self.log("sight_restored", detail="a memory sample reached the decision engine again")
+                self.blind_logged = False
+
+    def blind_seconds(self) -> Optional[float]:
+        """Seconds without a memory sample past memory_blind_seconds, else None (0: never blind)."""
+        limit = float(self.cfg.get("memory_blind_seconds") or 0)
+        gone = time.monotonic() - self.memory_seen_at
+        return gone if limit and gone > limit else None
+
+    def _check_blind(self, why: str) -> None:
+        gone = self.blind_seconds()
+        if gone is not None:
+            self.status_line = "blind: no memory sample for %.0f s (%s)" % (gone, why[:150])
+            if not self.blind_logged:
+                self.blind_logged = True
+                self.log("blind", seconds=round(gone, 1), limit_seconds=float(self.cfg["memory_blind_seconds"]),
+                         detail="no memory sample reached the decision engine for %.0f s (last: %s): WATCHDOG=1 "
+                                "is no longer sent, so systemd restarts this watchdog" % (gone, why[:200]))
 
     def _recycle(self, decision: Decision, mem: Dict[str, object]) -> None:
         if self.deployment_actuator is not None:
@@ -146,7 +243,8 @@ class Daemon:
         if self.cfg.get("textfile_dir"):
             write_textfile(str(self.cfg["textfile_dir"]), str(self.cfg["name"]),
                            render_metrics(str(self.cfg["name"]), decision, self.recycles_total, self.state))
-        self.status_line = "%s: %s" % (decision.action, decision.reason[:200])
+        if self.blind_seconds() is None:
+            self.status_line = "%s: %s" % (decision.action, decision.reason[:200])
         self.tick_deadline = None
 
     def _tick_safely(self) -> None:
@@ -154,14 +252,19 @@ class Daemon:
             self.tick()
         except Exception as exc:  # noqa: BLE001 - one bad tick must not kill the watchdog
             self.log("error", error="%s: %s" % (type(exc).__name__, exc))
+            self._check_blind("%s: %s" % (type(exc).__name__, exc))
         finally:
             self.tick_deadline = None
 
     def healthy(self) -> bool:
         """Feed systemd only while no tick runs, or the running one is within its deadline:
-        a tick hung past it starves WATCHDOG=1 on purpose, so systemd restarts the daemon."""
+        a tick hung past it starves WATCHDOG=1 on purpose, so systemd restarts the daemon. So
+        does a blind watchdog: no memory sample has reached the decision engine for longer
+        than memory_blind_seconds (ticks that complete without one prove nothing)."""
         deadline = self.tick_deadline
-        return deadline is None or time.monotonic() < deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        return self.blind_seconds() is None
 
     def run(self) -> int:
         import threading  # pylint: disable=import-outside-toplevel

@@ -47,7 +47,8 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
                    state: Optional[Dict[str, object]] = None) -> str:
     """Prometheus text for one watched deployment. state (daemon bookkeeping): limit_source,
     storm_guard_tripped, last_recycle_timestamp, last_recycle_ok, recycle_failures_total,
-    last_tick_timestamp."""
+    last_tick_timestamp, last_memory_sample_timestamp, families_dropped ({(family, reason):
+    count}), pages_refused ({reason: count})."""
     state = state or {}
     label = '{target="%s"}' % _escape_label(target)
     rows = [
@@ -83,13 +84,30 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
          int(state.get("recycle_failures_total") or 0)),
         ("kvpin_watchdog_last_tick_timestamp_seconds", "gauge", "wall-clock time of the last completed tick",
          label, state.get("last_tick_timestamp")),
+        ("kvpin_watchdog_last_memory_sample_timestamp_seconds", "gauge",
+         "wall-clock time of the last memory sample that reached the decision engine", label,
+         state.get("last_memory_sample_timestamp")),
     ]
+    # Counters with a series per (family, reason) / reason: fixed vocabularies, so bounded.
+    for (family, reason), count in sorted(dict(state.get("families_dropped") or {}).items()):
+        rows.append(("kvpin_watchdog_metric_families_dropped_total", "counter",
+                     "scraped metric families dropped as unsound (NaN/Inf, bad le, falling buckets, "
+                     "garbage, too many series), per family and reason",
+                     '{target="%s",family="%s",reason="%s"}' % (
+                         _escape_label(target), _escape_label(family), _escape_label(reason)), int(count)))
+    for reason, count in sorted(dict(state.get("pages_refused") or {}).items()):
+        rows.append(("kvpin_watchdog_metrics_pages_refused_total", "counter",
+                     "scraped metrics pages refused whole (over the parser's bounds), per reason",
+                     '{target="%s",reason="%s"}' % (_escape_label(target), _escape_label(reason)), int(count)))
     lines = []
+    described = set()
     for name, kind, help_text, labels, value in rows:
         if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
             continue
-        lines.append("# HELP %s %s" % (name, help_text))
-        lines.append("# TYPE %s %s" % (name, kind))
+        if name not in described:     # one HELP/TYPE per family, however many series
+            described.add(name)
+            lines.append("# HELP %s %s" % (name, help_text))
+            lines.append("# TYPE %s %s" % (name, kind))
         lines.append("%s%s %s" % (name, labels, repr(float(value)) if isinstance(value, float) else value))
     return "\n".join(lines) + "\n"
 

@@ -11,8 +11,8 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .exposition import (HistogramWindow, LATENCY_SAMPLE_NAMES, METRIC_NAMES, first_family, histogram_buckets,
-                         parse_exposition, sum_family)
+from .exposition import (HistogramWindow, LATENCY_SAMPLE_NAMES, METRIC_NAMES, first_family, histogram_series,
+                         parse_page, sum_family)
 from .fsio import _read, _read_small
 from .httpio import HTTPFailure, _connect_within, http_request
 
@@ -177,22 +177,44 @@ class MemorySensor:
 
 
 class LatencySensor:
-    """TTFT p95 from the engine's histogram, or from an active streaming probe."""
+    """TTFT p95 from the engine's histogram, or from an active streaming probe.
+
+    The page is parsed family by family (exposition.parse_page): a family that is no sound
+    metric (NaN or +Inf counts, a bad `le`, falling buckets, garbage, too many series) is left
+    out and reported in the result's `dropped`, a page over the bounds is refused whole
+    (`refused`); neither ever raises, so the tick's memory sample still reaches the decision
+    engine. Counters that reset (an engine restart) count their new value as the increase since
+    the restart, as Prometheus' rate() does: the TTFT histogram window and the preemptions
+    counter, which is reported as a running total that never falls."""
 
     def __init__(self, cfg: Dict[str, object]):
         self.cfg = cfg
-        self.window = HistogramWindow(float(cfg["ttft_quantile"]), int(cfg["ttft_min_observations"]),
-                                      float(cfg["ttft_max_window_seconds"]))
+        self.window = self._new_window()
+        self.preempt_last: Optional[float] = None     # the engine's counter at the last scrape
+        self.preempt_total: Optional[float] = None    # increases summed across restarts
+        self.preempt_restart = False
+        self.preempt_fell = False
+
+    def _new_window(self) -> HistogramWindow:
+        return HistogramWindow(float(self.cfg["ttft_quantile"]), int(self.cfg["ttft_min_observations"]),
+                               float(self.cfg["ttft_max_window_seconds"]))
 
     def reset(self) -> None:
-        """A new engine process: its counters start again, the old baseline is meaningless."""
-        self.window = HistogramWindow(float(self.cfg["ttft_quantile"]), int(self.cfg["ttft_min_observations"]),
-                                      float(self.cfg["ttft_max_window_seconds"]))
+        """A profile switch: latency before it is no baseline for after it. The window starts
+        anew; the preemption total carries on (the switch restarted the engine)."""
+        self.window = self._new_window()
+        self.preempt_restart = True
+
+    def note_restart(self) -> None:
+        """The engine restarted (a new process, pid or GPUStack restart_count): its counters
+        start again from 0, so their next values are increases since the restart."""
+        self.window.note_restart()
+        self.preempt_restart = True
 
     def sample(self, t: float, metrics_url: Optional[str] = None,
                deadline: Optional[float] = None) -> Dict[str, object]:
         out: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {},
-                                  "status": "no latency source"}
+                                  "status": "no latency source", "dropped": [], "refused": None}
         url = metrics_url or self.cfg.get("metrics_url")
         if url:
             try:
@@ -205,7 +227,8 @@ class LatencySensor:
             if status != 200:
                 out["status"] = "metrics scrape failed: status %d" % status
                 return out
-            out.update(self.from_text(t, body.decode("utf-8", "replace")))
+            out.update(self.from_text(t, body))
+            del body
             if out["ttft_p95"] is not None or not self.cfg.get("probe_url"):
                 return out
         if self.cfg.get("probe_url"):
@@ -217,19 +240,45 @@ class LatencySensor:
             out["status"] = "probe ok" if value is not None else "probe failed"
         return out
 
-    def from_text(self, t: float, text: str) -> Dict[str, object]:
-        samples = parse_exposition(text, LATENCY_SAMPLE_NAMES)
-        result: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {}}
+    def _preemptions(self, raw: float) -> float:
+        if self.preempt_last is None or self.preempt_total is None:
+            self.preempt_total = raw
+            self.preempt_fell = False
+        elif raw < self.preempt_last or (self.preempt_restart and not self.preempt_fell):
+            self.preempt_fell = raw < self.preempt_last and not self.preempt_restart
+            self.preempt_total += raw
+        else:
+            self.preempt_fell = False
+            self.preempt_total += raw - self.preempt_last
+        self.preempt_last, self.preempt_restart = raw, False
+        return self.preempt_total
+
+    def from_text(self, t: float, text) -> Dict[str, object]:
+        """One page (bytes or str) -> ttft_p95, preemptions, corroboration, status, and the
+        families dropped / the page's refusal."""
+        page = parse_page(text, LATENCY_SAMPLE_NAMES)
+        samples = page.samples
+        result: Dict[str, object] = {"ttft_p95": None, "preemptions": None, "corroboration": {},
+                                     "dropped": page.dropped, "refused": None}
+        if page.refused is not None:
+            result["refused"] = (page.refused, page.detail)
+            result["status"] = "metrics page refused (%s): %s" % (page.refused, page.detail)
+            return result
         base = first_family(samples, "ttft_histogram", "_bucket")
+        dropped_ttft = [d for d in page.dropped if d[0] in METRIC_NAMES["ttft_histogram"]]
         if base:
-            result["ttft_p95"] = self.window.update(t, histogram_buckets(samples, base))
+            series = {(base,) + key: counts for key, counts in histogram_series(samples, base).items()}
+            result["ttft_p95"] = self.window.update(t, series)
             result["status"] = "%s: %s" % (base, self.window.last_status)
+        elif dropped_ttft:
+            family, reason, detail = dropped_ttft[0]
+            result["status"] = "%s dropped (%s): %s" % (family, reason, detail)
         else:
             result["status"] = "no TTFT histogram in metrics"
         for name in METRIC_NAMES["preemptions"]:
             value = sum_family(samples, name)
             if value is not None:
-                result["preemptions"] = value
+                result["preemptions"] = self._preemptions(value)
                 break
         for role, key in (("kv_cache_usage", "kv_cache_usage"), ("requests_waiting", "requests_waiting")):
             for name in METRIC_NAMES[role]:

@@ -16,9 +16,13 @@ from .decision import Decision, DecisionEngine
 # ---------------------------------------------------------------------------
 # Replay.
 # ---------------------------------------------------------------------------
-def _short_number(value: float) -> str:
-    """A number as %g writes it (3600, not 3600.0) for messages."""
-    return "%g" % value
+def _exact_number(value: float) -> str:
+    """A time exactly as read, for messages: 3600 for a whole number, else every digit Python
+    needs to give the same float back (%g's six digits made 1700000001 and 1700000000 both
+    read 1.7e+09)."""
+    if value == int(value) and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(value)
 
 
 def _row_float(row: Dict[str, object], key: str, line: int, required: bool) -> Optional[float]:
@@ -71,8 +75,8 @@ def replay(trace_path: str, config: Dict[str, object], out=None,
                 raise ValueError("%s: %s" % (trace_path, exc)) from None
             if last_t is not None and t <= last_t:
                 raise ValueError("%s: row %d: t_seconds %s %s the previous row's %s" % (
-                    trace_path, line, _short_number(t), "repeats" if t == last_t else "goes back from",
-                    _short_number(last_t)))
+                    trace_path, line, _exact_number(t), "repeats" if t == last_t else "goes back from",
+                    _exact_number(last_t)))
             last_t = t
             d = engine.feed(t, mem, ttft_p95=ttft, preemptions=preempt)
             decisions.append(d)

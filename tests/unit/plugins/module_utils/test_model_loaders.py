@@ -359,11 +359,11 @@ def test_model_dir_headers_skip_tied_lm_head_and_mtp_layers(tmp_path):
     # DeepSeek-V3's stores an MTP layer past num_hidden_layers: vLLM loads neither.
     (tmp_path / 'config.json').write_text(json.dumps(_cfg(TINY_LLAMA, tie_word_embeddings=True)))
     _write_safetensors(str(tmp_path / 'model.safetensors'), 0, tensors={
-        'model.embed_tokens.weight': 160, 'model.layers.0.mlp.up_proj.weight': 256,
-        'model.layers.1.mlp.up_proj.weight': 256, 'lm_head.weight': 160,
+        'model.embed_tokens.weight': 160, 'model.layers.0.mlp.up_proj.weight': 1200,
+        'model.layers.1.mlp.up_proj.weight': 1200, 'lm_head.weight': 160,
         'model.layers.2.eh_proj.weight': 512})
     spec = ml.resolve_model(str(tmp_path))
-    assert spec.weight_bytes == 160 + 256 + 256
+    assert spec.weight_bytes == 160 + 1200 + 1200
     assert '160 B not counted (lm_head stored although tie_word_embeddings' in \
         spec.weight_bytes_note
     assert '512 B not counted (layers past num_hidden_layers' in spec.weight_bytes_note
@@ -391,14 +391,16 @@ def test_fp32_checkpoint_is_sized_as_loaded_in_16_bit(tmp_path):
     assert 'fp32 checkpoint (%d B stored)' % (4 * TINY_LLAMA_PARAMS) in spec.weight_bytes_note
 
 
-def test_model_dir_partial_shards_use_the_index(tmp_path):
+def test_model_dir_partial_shards_are_refused_even_with_an_index_total(tmp_path):
+    # issue 39: a partial download is refused; the index's total is what nothing on disk backs
     (tmp_path / 'config.json').write_text(json.dumps(TINY_LLAMA))
     (tmp_path / 'model.safetensors.index.json').write_text(json.dumps({
         'metadata': {'total_size': 2704},
         'weight_map': {'a': 'model-00001-of-00002.safetensors',
                        'b': 'model-00002-of-00002.safetensors'}}))
     _write_safetensors(str(tmp_path / 'model-00001-of-00002.safetensors'), 100)
-    assert ml.resolve_model(str(tmp_path)).weight_bytes == 2704
+    with pytest.raises(ModelSpecError, match=r'1 shard\(s\) missing \(model-00002-of-00002.safetensors\)'):
+        ml.resolve_model(str(tmp_path))
 
 
 def test_model_dir_bad_safetensors_header(tmp_path):
@@ -411,8 +413,8 @@ def test_model_dir_bad_safetensors_header(tmp_path):
 def test_model_dir_index_without_total_size_falls_back(tmp_path):
     (tmp_path / 'config.json').write_text(json.dumps(TINY_LLAMA))
     (tmp_path / 'model.safetensors.index.json').write_text('{"weight_map": {}}')
-    _write_safetensors(str(tmp_path / 'model.safetensors'), 64)
-    assert ml.resolve_model(str(tmp_path)).weight_bytes == 64
+    _write_safetensors(str(tmp_path / 'model.safetensors'), 2704)
+    assert ml.resolve_model(str(tmp_path)).weight_bytes == 2704
 
 
 def test_model_dir_truncated_safetensors(tmp_path):

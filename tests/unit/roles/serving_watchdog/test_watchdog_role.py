@@ -21,7 +21,7 @@ from role_plays import desired_state_play  # pylint: disable=import-error
 from watchdog_program import PROGRAM, ROOT, load_watchdog_program  # pylint: disable=import-error
 
 ROLE = os.path.join(ROOT, "roles", "serving_watchdog")
-PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ EXTRA = {
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     if not os.path.exists(PLAYBOOK):
-        pytest.skip("ansible-playbook not in .venv")
+        pytest.skip("ansible-playbook not beside sys.executable (the controller venv)")
     out = tmp_path_factory.mktemp("render")
     play = out / "play.yml"
     play.write_text(PLAY.format(role=ROLE, out=out))
@@ -139,6 +139,7 @@ def test_a_derived_deployment_target_renders_a_runnable_gpustack_watchdog(render
     assert cfg["gpustack_worker_name"] == "lab-4090x2" and cfg["engine_runtime"] == "native"
     assert cfg["gpu_indexes"] == [0, 1] and cfg["lock_dir"] == "/run/kvpin-watchdog"
     assert cfg["watchdog_sec"] == 180 and cfg["gpustack_token_file"] == "/etc/kvpin-watchdog/llama-3.1-8b.token"
+    assert cfg["memory_blind_seconds"] == 900       # the role's liveness option reaches the program
     assert "verysecret" not in text
     unit = (rendered / "llama-3.1-8b-kvpin-watchdog.service.j2").read_text()
     assert "GPUStack deployment llama-3.1-8b on worker lab-4090x2" in unit
@@ -182,7 +183,7 @@ def test_polkit_rule_allows_only_restart_of_one_unit(rendered):
 
 def test_desired_state_hashes_the_key_file_and_never_prints_the_key(tmp_path, rendered):
     if not os.path.exists(PLAYBOOK):
-        pytest.skip("ansible-playbook not in .venv")
+        pytest.skip("ansible-playbook not beside sys.executable (the controller venv)")
     play = tmp_path / "play.yml"
     play.write_text(desired_state_play(ROLE, tmp_path, "serving_watchdog_desired_state | to_json", validate=True))
     extra = tmp_path / "extra.json"
@@ -219,7 +220,7 @@ def test_the_program_is_its_launcher_and_every_file_of_its_package(tmp_path):
     entry node_state saw beyond them (a dropped module, a __pycache__) is what configure.yml
     removes."""
     if not os.path.exists(PLAYBOOK):
-        pytest.skip("ansible-playbook not in .venv")
+        pytest.skip("ansible-playbook not beside sys.executable (the controller venv)")
     files_dir = os.path.join(ROLE, "files")
     package = "/usr/local/lib/kvpin/kvpin_watchdog_lib"
     sources = {"/usr/local/lib/kvpin/kvpin_watchdog.py": os.path.join(files_dir, "kvpin_watchdog.py"),
