@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """kvpin serving watchdog: recycle an LLM serving worker on a memory *slope*.
 
-Stdlib only (Python 3.9+). Two subcommands share one decision engine:
+Stdlib only (Python 3.9+). Its subcommands (daemon and replay share one decision engine):
 
   daemon --config FILE          watch one target under systemd (Type=notify)
   replay --trace FILE.csv       feed a recorded trace through the same engine,
@@ -11,6 +11,10 @@ Stdlib only (Python 3.9+). Two subcommands share one decision engine:
   switch-profile --config FILE (--profile NAME | --due)
                                 switch the deployment to one of its traffic-class
                                 profiles (backend_parameters) through GPUStack's API
+  measure (--metrics PAGE... | --engine-log FILE)
+                                the deployment's measured traffic from successive
+                                /metrics pages, or the KV pool its engine reported at
+                                startup; one JSON object, the planner's `measurement`
 
 Why anon+swap and not RSS: mapped weights and /dev/shm inflate RSS without any
 leak, and a leak that moved to swap hides in RSS (ollama #18106).
@@ -19,7 +23,8 @@ to reach any level that is also safe for a healthy worker.
 """
 
 # The package (one module per part, in import order: each imports only those above it):
-#   config, stats, exposition, fsio -> decision -> trace_replay; httpio -> sensors -> gpustack
+#   config, stats, exposition, fsio -> decision -> trace_replay; exposition -> measure;
+#   httpio -> sensors -> gpustack
 #   -> actuators -> profile_switch -> outputs -> daemon -> cli. Run by ../kvpin_watchdog.py (the
 #   installed command) or `python3 -m kvpin_watchdog_lib`. Stdlib only, plus the two files the
 #   role ships into this directory from the collection (http_deadline.py, gpustack_api.py).

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Iterable, Optional
@@ -13,6 +14,7 @@ from typing import Iterable, Optional
 from . import __doc__ as PROGRAM_DOC
 from .config import due_profile, load_config, validate_config
 from .trace_replay import replay
+from .measure import MeasureError, measure_pages, parse_engine_log
 from .daemon import Daemon, switch_profile
 
 
@@ -29,6 +31,16 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     r.add_argument("--trace", required=True)
     r.add_argument("--config")
     r.add_argument("--actions-only", action="store_true", help="print only alert/recycle lines")
+    m = sub.add_parser("measure", help="measured traffic from /metrics pages, or the KV pool from a startup log; "
+                                       "prints one JSON object")
+    source = m.add_mutually_exclusive_group(required=True)
+    source.add_argument("--metrics", nargs="+", metavar="PAGE",
+                        help="successive /metrics pages of one engine, oldest first")
+    source.add_argument("--engine-log", metavar="FILE", help="the engine's startup log")
+    m.add_argument("--hour", type=int, choices=range(24), metavar="0..23",
+                   help="hour of day the pages' traffic is counted in (default: now, local time)")
+    m.add_argument("--block-size", type=int, metavar="N",
+                   help="tokens per block, for a V0 log that states blocks only (vLLM's CUDA default: 16)")
     c = sub.add_parser("check-config", help="validate a daemon config file and exit")
     c.add_argument("--config", required=True)
     p = sub.add_parser("switch-profile", help="switch the deployment to one of its profiles through GPUStack")
@@ -37,6 +49,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     which.add_argument("--profile", help="this profile")
     which.add_argument("--due", action="store_true", help="the profile profile_schedule gives for now (local time)")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.command == "measure":
+        return _measure(args)
     try:
         cfg = load_config(args.config)
     except (OSError, ValueError) as exc:
@@ -67,3 +81,20 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         daemon.tick()
         return 0
     return daemon.run()
+
+
+def _measure(args: argparse.Namespace) -> int:
+    """measure: one JSON object on stdout; a page or log it cannot use is one line on stderr, exit 2."""
+    if args.block_size is not None and not 1 <= args.block_size <= 4096:
+        sys.stderr.write("kvpin_watchdog: measure: --block-size must be 1..4096, got %d\n" % args.block_size)
+        return 2
+    try:
+        if args.metrics:
+            result = measure_pages(args.metrics, hour_of_day=args.hour)
+        else:
+            result = parse_engine_log(args.engine_log, block_size=args.block_size)
+    except (OSError, MeasureError) as exc:
+        sys.stderr.write("kvpin_watchdog: measure: %s\n" % exc)
+        return 2
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    return 0

@@ -1,0 +1,879 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Measurement: the traffic an engine served (from successive /metrics scrapes) and the KV pool
+it really got (from its startup log). Stdlib only, like the rest of the package.
+
+Traffic (``TrafficAccumulator``): per hour (UTC hour index, labelled with its hour of day), the
+per-bucket increases of the prompt- and generation-length histograms, length-truncated and
+rejected requests and preemptions, and the peak of running + waiting requests, over a rolling
+window of ``window_days`` (7 by default). A counter that goes down, a changed process start time
+or a changed bucket layout is an engine restart: the new values are the increase since the
+restart (as Prometheus ``rate()`` counts them); what happened between the last scrape before it
+and the restart is lost, nothing is counted twice. A new bucket layout (a replan changed
+max_model_len or ``--custom-histogram-buckets``) starts a new histogram segment; the p99 bound
+over segments of different layouts is the smallest bound that holds the p99 in every layout
+(never below the truth). The p99 bound is the upper edge of the bucket that holds the p99
+(``*_p99_upper``), ``censored`` when that is the +Inf bucket. Bounded: pages of at most
+MAX_PAGE_BYTES, at most MAX_BUCKETS bounds per histogram, MAX_SEGMENTS layouts per hour, at most
+MAX_WINDOW_DAYS * 24 hours kept; the state is JSON of bounded size (``to_state``/``from_state``).
+
+KV pool (``parse_engine_log``): the startup lines vLLM writes, V0 ("# GPU blocks: N, # CPU
+blocks: M", "# CUDA blocks: ..."), V1 ("GPU KV cache size: N tokens", "Available KV cache memory:
+X GiB", "Model loading took X GiB"), 0.30+ ("GPU KV cache size: N tokens, Maximum concurrency
+..."), 0.34's extensible cache ("Extended KV cache to N blocks (X GiB)") and the CPU build ("CPU
+KV cache size: N tokens", "Explicitly set (X/Y) GiB for KV cache"). Reads at most MAX_LOG_BYTES
+from the start of the log; the last start in them wins. llama-box, which exports no length
+histogram, states each finished request's lengths in one log line (``parse_llamabox_request_line``).
+
+Bad input (a page or log that is not text, no histogram, NaN or negative counts, buckets that
+decrease, a page over the size limit) raises MeasureError naming the source, the series and
+the numbers; the accumulator is left exactly as it was (nothing lost).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .exposition import METRIC_NAMES, family_of, parse_page
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+MAX_PAGE_BYTES = 8 * MiB       # a vLLM page is ~100 KB; GPUStack's /metrics/raw of a node more
+MAX_LOG_BYTES = 16 * MiB       # the startup lines are at the start of an instance log
+MAX_LOG_LINE = 64 * KiB        # longer lines (prompt dumps) are cut before matching
+MAX_STATE_BYTES = 4 * MiB
+MAX_BUCKETS = 128              # finite bounds per histogram (vLLM default: ~16; 256-token steps to 32k: 128)
+MAX_SEGMENTS = 3               # bucket layouts kept per hour; more are merged into the newest
+DEFAULT_WINDOW_DAYS = 7
+MAX_WINDOW_DAYS = 14
+QUANTILE = 0.99
+# Distribution-free: n >= 299 requests with none above the bound gives 95 % confidence that at
+# most 1 % of requests exceed it (1 - 0.99**n >= 0.95).
+MIN_REQUESTS = 299
+STATE_FORMAT = "kvpin-traffic/1"
+
+# Families by role; the first name present wins (GPUStack 2.x re-exports vLLM's under gpustack:).
+TRAFFIC_NAMES = {
+    "prompt_histogram": ("vllm:request_prompt_tokens", "gpustack:request_prompt_tokens"),
+    "generation_histogram": ("vllm:request_generation_tokens", "gpustack:request_generation_tokens"),
+    "finished": ("vllm:request_success_total",),
+    "http_requests": ("http_requests_total",),
+    "start_time": ("process_start_time_seconds",),
+    "cache_config": ("vllm:cache_config_info",),
+}
+# OpenAI request handlers whose 4xx answers count as rejected requests (e.g. a prompt longer
+# than max_model_len: "This model's maximum context length is ...").
+REQUEST_HANDLERS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
+_HIST_ROLES = ("prompt_histogram", "generation_histogram")
+
+
+class MeasureError(ValueError):
+    """A page, log or state the measurement cannot use; the message names it and the numbers."""
+
+
+def _number(value: float) -> str:
+    return "%g" % value
+
+
+def _plain(value: Optional[float]):
+    """A bound as JSON shows it: 2048, not 2048.0."""
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+# ---------------------------------------------------------------------------
+# Bounded reads.
+# ---------------------------------------------------------------------------
+def _regular_file(path: str) -> None:
+    """A FIFO or a device would block or never end: only regular files are read."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise MeasureError("%s: not a regular file" % path)
+
+
+def read_bounded(path: str, limit: int, what: str) -> bytes:
+    """At most ``limit`` bytes of a file; a larger file is a MeasureError (read stops at limit + 1)."""
+    _regular_file(path)
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise MeasureError("%s: %s is larger than %d bytes (read stopped at %d bytes)"
+                           % (path, what, limit, len(data)))
+    return data
+
+
+def read_head(path: str, limit: int) -> Tuple[bytes, bool]:
+    """The first ``limit`` bytes of a file, and whether there was more."""
+    _regular_file(path)
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    return data[:limit], len(data) > limit
+
+
+# ---------------------------------------------------------------------------
+# One scrape.
+# ---------------------------------------------------------------------------
+def _float(text: str) -> float:
+    low = text.strip().lower()
+    if low in ("+inf", "inf"):
+        return math.inf
+    if low == "-inf":
+        return -math.inf
+    return float(text)
+
+
+def _whole(value: float, source: str, series: str) -> int:
+    if math.isnan(value) or math.isinf(value):
+        raise MeasureError("%s: %s is %s, not a count" % (source, series, _number(value)))
+    if value < 0:
+        raise MeasureError("%s: %s is negative (%s)" % (source, series, _number(value)))
+    return int(round(value))
+
+
+class Histogram:
+    """Cumulative counts of one histogram in one scrape: finite bounds and counts (last: +Inf)."""
+
+    __slots__ = ("bounds", "cumulative")
+
+    def __init__(self, bounds: Sequence[float], cumulative: Sequence[int]):
+        self.bounds = tuple(bounds)
+        self.cumulative = tuple(cumulative)
+
+    @property
+    def total(self) -> int:
+        return self.cumulative[-1]
+
+    def per_bucket(self) -> List[int]:
+        out, before = [], 0
+        for count in self.cumulative:
+            out.append(count - before)
+            before = count
+        return out
+
+
+def _histogram(samples: Dict[str, list], base: str, source: str) -> Optional[Histogram]:
+    rows = samples.get(base + "_bucket")
+    if not rows:
+        return None
+    sums: Dict[float, float] = {}
+    for labels, value in rows:
+        if "le" not in labels:
+            raise MeasureError("%s: %s_bucket sample without an le label" % (source, base))
+        try:
+            le = _float(labels["le"])
+        except ValueError:
+            raise MeasureError("%s: %s_bucket le=%r is not a number" % (source, base, labels["le"][:40])) from None
+        if math.isnan(le):
+            raise MeasureError("%s: %s_bucket le is NaN" % (source, base))
+        if math.isnan(value):
+            raise MeasureError("%s: %s_bucket{le=%s} is NaN" % (source, base, labels["le"]))
+        sums[le] = sums.get(le, 0.0) + value
+    if math.inf not in sums:
+        raise MeasureError("%s: %s has no le=+Inf bucket" % (source, base))
+    bounds = sorted(sums)
+    if len(bounds) - 1 > MAX_BUCKETS:
+        raise MeasureError("%s: %s has %d bucket bounds, at most %d are kept"
+                           % (source, base, len(bounds) - 1, MAX_BUCKETS))
+    cumulative = [_whole(sums[b], source, "%s_bucket{le=%s}" % (base, _number(b))) for b in bounds]
+    for i in range(1, len(bounds)):
+        if cumulative[i] < cumulative[i - 1]:
+            raise MeasureError("%s: %s buckets decrease: le=%s holds %d but le=%s holds %d"
+                               % (source, base, _number(bounds[i - 1]), cumulative[i - 1],
+                                  _number(bounds[i]), cumulative[i]))
+    count = samples.get(base + "_count")
+    if count:
+        total = _whole(sum(v for _unused, v in count), source, base + "_count")
+        if total != cumulative[-1]:
+            raise MeasureError("%s: %s_count is %d but its le=+Inf bucket holds %d"
+                               % (source, base, total, cumulative[-1]))
+    return Histogram(bounds[:-1], cumulative)
+
+
+def _counter(samples: Dict[str, list], name: str, source: str, keep=None) -> Optional[int]:
+    rows = samples.get(name)
+    if rows is None:
+        return None
+    total = 0
+    for labels, value in rows:
+        if keep is not None and not keep(labels):
+            continue
+        total += _whole(value, source, name)
+    return total
+
+
+def _gauge(samples: Dict[str, list], role: str) -> Tuple[Optional[str], Optional[float]]:
+    for name in METRIC_NAMES[role]:
+        rows = samples.get(name)
+        if rows:
+            values = [v for _unused, v in rows if not math.isnan(v) and not math.isinf(v)]
+            return name, (sum(values) if values else None)
+    return None, None
+
+
+def _wanted_names() -> frozenset:
+    names = set()
+    for role in _HIST_ROLES:
+        for base in TRAFFIC_NAMES[role]:
+            names.update((base + "_bucket", base + "_count", base + "_created"))
+    for role in ("finished", "http_requests", "start_time", "cache_config"):
+        names.update(TRAFFIC_NAMES[role])
+    for role in ("preemptions", "kv_cache_usage", "requests_running", "requests_waiting"):
+        names.update(METRIC_NAMES[role])
+    return frozenset(names)
+
+
+WANTED_SAMPLES = _wanted_names()
+# Families whose loss would lose or miscount traffic: one of them dropped by the parser (NaN,
+# negative, malformed, decreasing buckets, ...) refuses the whole page.
+_ESSENTIAL = frozenset(TRAFFIC_NAMES["prompt_histogram"] + TRAFFIC_NAMES["generation_histogram"]
+                       + TRAFFIC_NAMES["finished"] + TRAFFIC_NAMES["http_requests"]
+                       + METRIC_NAMES["preemptions"])
+
+
+class Scrape:
+    """What one /metrics page says about traffic (cumulative since the engine's start)."""
+
+    def __init__(self, body, source: str = "page"):
+        if len(body) > MAX_PAGE_BYTES:
+            raise MeasureError("%s: page of %d bytes, over %d" % (source, len(body), MAX_PAGE_BYTES))
+        page = parse_page(body, WANTED_SAMPLES)
+        if page.refused:
+            raise MeasureError("%s: page refused (%s): %s" % (source, page.refused, page.detail))
+        for family, reason, detail in page.dropped:
+            if family in _ESSENTIAL or family_of(family) in _ESSENTIAL:
+                raise MeasureError("%s: %s unusable (%s): %s" % (source, family, reason, detail))
+        samples = page.samples
+        self.dropped = [family for family, _unused, _unused2 in page.dropped]
+        self.source = source
+        self.histograms: Dict[str, Optional[Histogram]] = {}
+        self.names: Dict[str, Optional[str]] = {}
+        for role in _HIST_ROLES:
+            base = next((b for b in TRAFFIC_NAMES[role] if b + "_bucket" in samples), None)
+            self.names[role] = base
+            self.histograms[role] = _histogram(samples, base, source) if base else None
+        if self.histograms["prompt_histogram"] is None:
+            raise MeasureError("%s: no %s histogram (not a vLLM /metrics page, or metrics are off: "
+                               "--disable-log-stats)" % (source, " or ".join(TRAFFIC_NAMES["prompt_histogram"])))
+        finished = TRAFFIC_NAMES["finished"][0]
+        http = TRAFFIC_NAMES["http_requests"][0]
+        preemption_name = next((n for n in METRIC_NAMES["preemptions"] if n in samples), None)
+        self.counters: Dict[str, Optional[int]] = {
+            "finished": _counter(samples, finished, source),
+            "length_truncated": _counter(samples, finished, source,
+                                         lambda labels: labels.get("finished_reason") == "length"),
+            "rejected": _counter(samples, http, source,
+                                 lambda labels: labels.get("status", "").startswith("4")
+                                 and labels.get("handler") in REQUEST_HANDLERS),
+            "preemptions": _counter(samples, preemption_name, source) if preemption_name else None,
+        }
+        self.names["preemptions"] = preemption_name
+        self.names["kv_cache_usage"], self.kv_cache_usage = _gauge(samples, "kv_cache_usage")
+        _unused, running = _gauge(samples, "requests_running")
+        _unused, waiting = _gauge(samples, "requests_waiting")
+        self.concurrency = None if running is None and waiting is None else (running or 0.0) + (waiting or 0.0)
+        # The engine's start: the API server's process_start_time_seconds, else the prompt
+        # histogram's _created sample (prometheus_client writes it; not in multiprocess mode).
+        start = [v for _unused, v in samples.get(TRAFFIC_NAMES["start_time"][0], []) if math.isfinite(v)]
+        created = [v for _unused, v in samples.get(self.names["prompt_histogram"] + "_created", [])
+                   if math.isfinite(v)]
+        self.start_time = min(start) if start else (min(created) if created else None)
+        self.kv_pool = _kv_pool_from_cache_config(samples.get(TRAFFIC_NAMES["cache_config"][0], []))
+
+
+def _int_label(labels: Dict[str, str], key: str) -> Optional[int]:
+    text = labels.get(key, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return None   # "None" in V1 0.8.x, before the engine core reported its blocks
+    return int(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _kv_pool_from_cache_config(rows: list) -> Optional[Dict[str, object]]:
+    """vllm:cache_config_info's labels: kv_cache_size_tokens (>= 0.24, per DP engine), else
+    num_gpu_blocks x block_size (not for hybrid models, whose block_size label is wrong)."""
+    if not rows:
+        return None
+    tokens = [_int_label(labels, "kv_cache_size_tokens") for labels, _unused in rows]
+    if all(t is not None for t in tokens):
+        return {"kv_cache_tokens": sum(tokens), "from": "cache_config_info kv_cache_size_tokens",
+                "engines": len(rows)}
+    labels = rows[0][0]
+    blocks, block_size = _int_label(labels, "num_gpu_blocks"), _int_label(labels, "block_size")
+    if blocks is not None and block_size:
+        return {"kv_cache_tokens": blocks * block_size,
+                "from": "cache_config_info num_gpu_blocks x block_size", "engines": len(rows)}
+    return None
+
+
+def scrape_file(path: str) -> Scrape:
+    return Scrape(read_bounded(path, MAX_PAGE_BYTES, "page"), path)
+
+
+# ---------------------------------------------------------------------------
+# Bounds from segments of per-bucket counts.
+# ---------------------------------------------------------------------------
+def _cumulative_at(counts: Sequence[int], index: int) -> int:
+    return sum(counts[:index + 1])
+
+
+def quantile_bucket(segments: Sequence[Tuple[Sequence[float], Sequence[int]]],
+                    q: float = QUANTILE) -> Dict[str, object]:
+    """The bucket (lower, upper] that holds the q-quantile of all observations, over segments
+    of possibly different layouts (each: finite bounds, per-bucket counts with +Inf last).
+
+    upper: the smallest bound B that at least rank = q*n observations are known to be <= B in
+    every layout (never below the truth); None and censored when only +Inf is (the quantile
+    lies above the top finite bound). lower: the largest bound below which fewer than rank
+    observations can lie."""
+    total = sum(sum(counts) for _unused, counts in segments)
+    if total == 0:
+        return {"requests": 0, "upper": None, "lower": None, "censored": False}
+    rank = q * total
+    candidates = sorted({b for bounds, _unused in segments for b in bounds})
+
+    def known_le(bound: float) -> int:   # observations surely <= bound
+        n = 0
+        for bounds, counts in segments:
+            index = max((i for i, b in enumerate(bounds) if b <= bound), default=None)
+            if index is not None:
+                n += _cumulative_at(counts, index)
+        return n
+
+    def possible_le(bound: float) -> int:   # observations that may be <= bound
+        n = 0
+        for bounds, counts in segments:
+            index = next((i for i, b in enumerate(bounds) if b >= bound), None)
+            n += sum(counts) if index is None else _cumulative_at(counts, index)
+        return n
+
+    upper = next((b for b in candidates if known_le(b) >= rank), None)
+    lower = 0.0
+    for b in candidates:
+        if possible_le(b) < rank and (upper is None or b < upper):
+            lower = b
+    return {"requests": total, "upper": upper, "lower": lower, "censored": upper is None}
+
+
+def _rebin(bounds: Sequence[float], counts: Sequence[int], target: Sequence[float]) -> List[int]:
+    """Counts of one layout moved onto another, each bucket into the smallest target bound at
+    or above its own upper bound (+Inf if none): no observation lost, bounds only get looser."""
+    out = [0] * (len(target) + 1)
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        upper = bounds[i] if i < len(bounds) else math.inf
+        index = next((j for j, b in enumerate(target) if b >= upper), len(target))
+        out[index] += count
+    return out
+
+
+def _add_segment(segments: list, bounds: Sequence[float], counts: Sequence[int]) -> None:
+    """Add per-bucket counts of one layout to a slot's segments (list of [bounds, counts])."""
+    bounds = list(bounds)
+    for segment in segments:
+        if segment[0] == bounds:
+            segment[1] = [a + b for a, b in zip(segment[1], counts)]
+            return
+    segments.append([bounds, list(counts)])
+    while len(segments) > MAX_SEGMENTS:
+        oldest = segments.pop(0)
+        merged = _rebin(oldest[0], oldest[1], segments[0][0])
+        segments[0][1] = [a + b for a, b in zip(segments[0][1], merged)]
+
+
+def _merge_segments(slots: Sequence[dict], key: str) -> List[Tuple[List[float], List[int]]]:
+    merged: list = []
+    for slot in slots:
+        for bounds, counts in slot[key]:
+            for segment in merged:
+                if segment[0] == bounds:
+                    segment[1] = [a + b for a, b in zip(segment[1], counts)]
+                    break
+            else:
+                merged.append([list(bounds), list(counts)])
+    return [tuple(segment) for segment in merged]
+
+
+# ---------------------------------------------------------------------------
+# Traffic over successive scrapes of one engine.
+# ---------------------------------------------------------------------------
+def _new_slot(hour: int, hour_of_day: int) -> dict:
+    return {"hour": hour, "hour_of_day": hour_of_day, "prompt": [], "generation": [],
+            "length_truncated": 0, "rejected": 0, "preemptions": 0, "max_concurrency": None,
+            "kv_cache_usage_max": None}
+
+
+def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+class TrafficAccumulator:
+    """Traffic of one engine over successive scrapes, per hour, rolling window_days."""
+
+    def __init__(self, window_days: int = DEFAULT_WINDOW_DAYS):
+        if isinstance(window_days, bool) or not isinstance(window_days, int) \
+                or not 1 <= window_days <= MAX_WINDOW_DAYS:
+            raise MeasureError("window_days must be a whole number of days 1..%d, got %r"
+                               % (MAX_WINDOW_DAYS, window_days))
+        self.window_days = window_days
+        self.slots: Dict[int, dict] = {}
+        self.last: Optional[dict] = None
+        self.scrapes = 0
+        self.restarts_seen = 0
+        self.layouts_seen: List[List[float]] = []
+        self.requests_before_first_scrape = 0
+        self.kv_pool: Optional[Dict[str, object]] = None
+        self.kv_cache_usage_name: Optional[str] = None
+        self.last_reset_reason: Optional[str] = None
+
+    # -- one scrape ---------------------------------------------------------
+    @staticmethod
+    def _snapshot(scrape: Scrape, t: float) -> dict:
+        return {"t": t, "start_time": scrape.start_time,
+                "histograms": {role: (None if h is None else [list(h.bounds), list(h.cumulative)])
+                               for role, h in scrape.histograms.items()},
+                "counters": dict(scrape.counters)}
+
+    def _reset_reason(self, scrape: Scrape) -> Optional[str]:
+        last = self.last
+        if last["start_time"] is not None and scrape.start_time is not None \
+                and abs(scrape.start_time - last["start_time"]) > 0.5:
+            return "process start time changed (%.0f -> %.0f)" % (last["start_time"], scrape.start_time)
+        for role, hist in scrape.histograms.items():
+            before = last["histograms"].get(role)
+            if hist is None or before is None:
+                continue
+            if list(hist.bounds) != before[0]:
+                return "%s bucket layout changed" % role.split("_")[0]
+            for le, now, was in zip(list(hist.bounds) + [math.inf], hist.cumulative, before[1]):
+                if now < was:
+                    return "%s le=%s went down (%d -> %d)" % (role.split("_")[0], _number(le), was, now)
+        for name, now in scrape.counters.items():
+            was = last["counters"].get(name)
+            if now is not None and was is not None and now < was:
+                return "%s went down (%d -> %d)" % (name, was, now)
+        return None
+
+    def observe(self, scrape: Scrape, t: Optional[float] = None,
+                hour_of_day: Optional[int] = None) -> Dict[str, object]:
+        """Add one scrape taken at time t (epoch seconds; default now). hour_of_day: the hour
+        the traffic is counted in (default: t's local hour). Returns what it added. The first
+        scrape is the baseline: its counts happened before it, at unknown hours."""
+        t = time.time() if t is None else float(t)
+        if math.isnan(t) or math.isinf(t) or t < 0:
+            raise MeasureError("scrape time must be a finite time >= 0, got %r" % t)
+        if self.last is not None and t < self.last["t"]:
+            raise MeasureError("%s: scrape time %s goes back from the previous scrape's %s"
+                               % (scrape.source, _number(t), _number(self.last["t"])))
+        if hour_of_day is None:
+            hour_of_day = time.localtime(t).tm_hour
+        if isinstance(hour_of_day, bool) or not isinstance(hour_of_day, int) or not 0 <= hour_of_day <= 23:
+            raise MeasureError("hour_of_day must be 0..23, got %r" % (hour_of_day,))
+        hour = int(t // 3600)
+        reset = None
+        deltas: Dict[str, Optional[List[int]]] = {}
+        counter_deltas: Dict[str, int] = {}
+        if self.last is None:
+            self.requests_before_first_scrape += scrape.histograms["prompt_histogram"].total
+        else:
+            reset = self._reset_reason(scrape)
+            for role, hist in scrape.histograms.items():
+                if hist is None:
+                    deltas[role] = None
+                    continue
+                now = hist.per_bucket()
+                before = self.last["histograms"].get(role)
+                if reset is None and before is not None:
+                    was = Histogram(before[0], before[1]).per_bucket()
+                    now = [a - b for a, b in zip(now, was)]
+                deltas[role] = now
+            for name, now in scrape.counters.items():
+                was = self.last["counters"].get(name)
+                if now is None:
+                    continue
+                counter_deltas[name] = now if reset is not None else (now - was if was is not None else 0)
+        # Commit (nothing above changed the state).
+        slot = self.slots.get(hour)
+        if slot is None:
+            slot = self.slots[hour] = _new_slot(hour, hour_of_day)
+        for role, key in (("prompt_histogram", "prompt"), ("generation_histogram", "generation")):
+            delta = deltas.get(role)
+            hist = scrape.histograms[role]
+            if delta is not None and any(delta):
+                _add_segment(slot[key], hist.bounds, delta)
+            if hist is not None and list(hist.bounds) not in self.layouts_seen:
+                self.layouts_seen.append(list(hist.bounds))
+                del self.layouts_seen[:-2 * MAX_SEGMENTS]
+        for name in ("length_truncated", "rejected", "preemptions"):
+            slot[name] += counter_deltas.get(name, 0)
+        slot["max_concurrency"] = _max(slot["max_concurrency"], scrape.concurrency)
+        slot["kv_cache_usage_max"] = _max(slot["kv_cache_usage_max"], scrape.kv_cache_usage)
+        if reset is not None:
+            self.restarts_seen += 1
+            self.last_reset_reason = reset
+        if scrape.kv_pool is not None:
+            self.kv_pool = scrape.kv_pool
+        if scrape.names.get("kv_cache_usage"):
+            self.kv_cache_usage_name = scrape.names["kv_cache_usage"]
+        self.last = self._snapshot(scrape, t)
+        self.scrapes += 1
+        self._prune(hour)
+        added = deltas.get("prompt_histogram")
+        return {"reset": reset, "requests": sum(added) if added else 0, "hour": hour,
+                "hour_of_day": hour_of_day}
+
+    def _prune(self, hour: int) -> None:
+        oldest = hour - self.window_days * 24 + 1
+        for key in [k for k in self.slots if k < oldest]:
+            del self.slots[key]
+
+    # -- what was measured --------------------------------------------------
+    def _figures(self, slots: Sequence[dict]) -> Dict[str, object]:
+        out: Dict[str, object] = {}
+        for key in ("prompt", "generation"):
+            bucket = quantile_bucket(_merge_segments(slots, key))
+            if key == "prompt":
+                out["requests"] = bucket["requests"]
+            out["%s_tokens_p99_upper" % key] = _plain(bucket["upper"])
+            out["%s_tokens_p99_lower" % key] = _plain(bucket["lower"])
+            out["%s_tokens_p99_censored" % key] = bucket["censored"]
+        for name in ("length_truncated", "rejected", "preemptions"):
+            out[name] = sum(s[name] for s in slots)
+        concurrency = [s["max_concurrency"] for s in slots if s["max_concurrency"] is not None]
+        usage = [s["kv_cache_usage_max"] for s in slots if s["kv_cache_usage_max"] is not None]
+        out["max_concurrency"] = max(concurrency) if concurrency else None
+        out["kv_cache_usage_max"] = max(usage) if usage else None
+        out["enough_requests"] = out["requests"] >= MIN_REQUESTS
+        return out
+
+    def summary(self) -> Dict[str, object]:
+        """The whole window, and per hour of day (only hours with a scrape)."""
+        slots = list(self.slots.values())
+        out = self._figures(slots)
+        by_hour: Dict[int, list] = {}
+        for slot in slots:
+            by_hour.setdefault(slot["hour_of_day"], []).append(slot)
+        out["hours"] = {"%02d" % h: self._figures(by_hour[h]) for h in sorted(by_hour)}
+        out.update({
+            "scrapes": self.scrapes, "restarts_seen": self.restarts_seen,
+            "last_reset_reason": self.last_reset_reason,
+            "bucket_layouts": len(self.layouts_seen),
+            "requests_before_first_scrape": self.requests_before_first_scrape,
+            "window_days": self.window_days, "min_requests": MIN_REQUESTS, "quantile": QUANTILE,
+            "kv_cache_tokens": (self.kv_pool or {}).get("kv_cache_tokens"),
+            "kv_cache_tokens_from": (self.kv_pool or {}).get("from"),
+            "kv_cache_usage_metric": self.kv_cache_usage_name,
+        })
+        return out
+
+    # -- state --------------------------------------------------------------
+    def to_state(self) -> Dict[str, object]:
+        return {"format": STATE_FORMAT, "window_days": self.window_days, "scrapes": self.scrapes,
+                "restarts_seen": self.restarts_seen, "last_reset_reason": self.last_reset_reason,
+                "layouts_seen": self.layouts_seen,
+                "requests_before_first_scrape": self.requests_before_first_scrape,
+                "kv_pool": self.kv_pool, "kv_cache_usage_metric": self.kv_cache_usage_name,
+                "last": self.last, "slots": [self.slots[k] for k in sorted(self.slots)]}
+
+    def to_json(self) -> str:
+        text = json.dumps(self.to_state(), sort_keys=True, separators=(",", ":"))
+        if len(text) > MAX_STATE_BYTES:   # not reachable within the bounds above; a guard
+            raise MeasureError("traffic state is %d bytes, over %d" % (len(text), MAX_STATE_BYTES))
+        return text
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "state") -> "TrafficAccumulator":
+        if len(text) > MAX_STATE_BYTES:
+            raise MeasureError("%s: %d bytes, over %d" % (source, len(text), MAX_STATE_BYTES))
+        try:
+            state = json.loads(text)
+        except ValueError as exc:
+            raise MeasureError("%s: not JSON (%s)" % (source, exc)) from None
+        return cls.from_state(state, source)
+
+    @classmethod
+    def from_state(cls, state: object, source: str = "state") -> "TrafficAccumulator":
+        def need(cond: bool, what: str) -> None:
+            if not cond:
+                raise MeasureError("%s: %s" % (source, what))
+
+        need(isinstance(state, dict) and state.get("format") == STATE_FORMAT,
+             "format must be %r" % STATE_FORMAT)
+        acc = cls(state.get("window_days"))
+        for key in ("scrapes", "restarts_seen", "requests_before_first_scrape"):
+            value = state.get(key)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                 "%s must be a whole number >= 0, got %r" % (key, value))
+            setattr(acc, key, value)
+        slots = state.get("slots")
+        need(isinstance(slots, list) and len(slots) <= acc.window_days * 24,
+             "slots must be a list of at most %d hours" % (acc.window_days * 24))
+        for index, slot in enumerate(slots):
+            _check_slot(slot, "%s: slots[%d]" % (source, index))
+            acc.slots[slot["hour"]] = slot
+        layouts = state.get("layouts_seen", [])
+        need(isinstance(layouts, list) and len(layouts) <= 2 * MAX_SEGMENTS
+             and all(_bounds_ok(b) for b in layouts), "layouts_seen is not a list of bucket layouts")
+        acc.layouts_seen = [list(b) for b in layouts]
+        last = state.get("last")
+        need(last is None or _last_ok(last), "last is not a scrape snapshot")
+        acc.last = last
+        acc.last_reset_reason = state.get("last_reset_reason")
+        need(acc.last_reset_reason is None or isinstance(acc.last_reset_reason, str), "last_reset_reason")
+        acc.kv_pool = state.get("kv_pool")
+        need(acc.kv_pool is None or isinstance(acc.kv_pool, dict), "kv_pool must be an object")
+        acc.kv_cache_usage_name = state.get("kv_cache_usage_metric")
+        return acc
+
+
+def _bounds_ok(bounds: object) -> bool:
+    return (isinstance(bounds, list) and len(bounds) <= MAX_BUCKETS
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
+            and all(a < b for a, b in zip(bounds, bounds[1:])))
+
+
+def _counts_ok(counts: object, n: int) -> bool:
+    return (isinstance(counts, list) and len(counts) == n
+            and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts))
+
+
+def _check_slot(slot: object, where: str) -> None:
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise MeasureError("%s: %s" % (where, what))
+
+    need(isinstance(slot, dict), "must be an object")
+    need(isinstance(slot.get("hour"), int) and isinstance(slot.get("hour_of_day"), int)
+         and 0 <= slot["hour_of_day"] <= 23, "hour / hour_of_day")
+    for key in ("prompt", "generation"):
+        segments = slot.get(key)
+        need(isinstance(segments, list) and len(segments) <= MAX_SEGMENTS,
+             "%s must be a list of at most %d segments" % (key, MAX_SEGMENTS))
+        for segment in segments:
+            need(isinstance(segment, list) and len(segment) == 2 and _bounds_ok(segment[0])
+                 and _counts_ok(segment[1], len(segment[0]) + 1),
+                 "%s segment must be [bounds, per-bucket counts]" % key)
+    for key in ("length_truncated", "rejected", "preemptions"):
+        need(isinstance(slot.get(key), int) and slot[key] >= 0, "%s must be a whole number >= 0" % key)
+    for key in ("max_concurrency", "kv_cache_usage_max"):
+        value = slot.get(key)
+        need(value is None or (isinstance(value, (int, float)) and math.isfinite(value)),
+             "%s must be a number or null" % key)
+
+
+def _last_ok(last: object) -> bool:
+    if not isinstance(last, dict) or not isinstance(last.get("t"), (int, float)):
+        return False
+    start = last.get("start_time")
+    if start is not None and not (isinstance(start, (int, float)) and math.isfinite(start)):
+        return False
+    histograms = last.get("histograms")
+    if not isinstance(histograms, dict):
+        return False
+    for value in histograms.values():
+        if value is None:
+            continue
+        if not (isinstance(value, list) and len(value) == 2 and _bounds_ok(value[0])
+                and _counts_ok(value[1], len(value[0]) + 1)):
+            return False
+    counters = last.get("counters")
+    return isinstance(counters, dict) and all(
+        v is None or (isinstance(v, int) and v >= 0) for v in counters.values())
+
+
+def measure_pages(paths: Sequence[str], hour_of_day: Optional[int] = None,
+                  window_days: int = DEFAULT_WINDOW_DAYS) -> Dict[str, object]:
+    """Successive /metrics pages of one engine (oldest first) -> the summary. All pages are
+    taken as scraped now (one second apart), counted in hour_of_day (default: this hour)."""
+    if not paths:
+        raise MeasureError("no page given")
+    acc = TrafficAccumulator(window_days)
+    now = time.time()
+    for index, path in enumerate(paths):
+        acc.observe(scrape_file(path), now + index, hour_of_day)
+    out = acc.summary()
+    out["pages"] = len(paths)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# llama-box's per-request line (it exports no length histogram).
+# ---------------------------------------------------------------------------
+# llama-box v0.0.171 (GPUStack 0.7.1's engine), llama-box/httpserver.hpp:4789-4799, at default
+# verbosity: "srv <func>: rid %s | prefill_t = %d, prefill_cached_t = %d, prefill_tps = %.2f tps,
+# ttft = %.2fms, decode_t = %d, decode_tps = %.2f tps, tpot = %.2fms, draft_t = %d,
+# draft_apt = %.2f%%, total_t = %d, stop_r = %s". prefill_t is the whole prompt (cached part
+# included); prefill_cached_t exists from v0.0.144. The verbose "rid %s | prefill_t = %d,
+# decode_budget = %d" line (at a request's start) has no total_t and does not match.
+_LLAMABOX_REQUEST_RE = re.compile(
+    r"\brid (\S*) \| prefill_t = (\d+),(?: prefill_cached_t = (\d+),)?.*?\bdecode_t = (\d+),"
+    r".*?\btotal_t = (\d+), stop_r = (\S+)")
+
+
+def parse_llamabox_request_line(line: str) -> Optional[Dict[str, object]]:
+    """One finished request of a llama-box log line, or None for any other line."""
+    if "total_t = " not in line:
+        return None
+    match = _LLAMABOX_REQUEST_RE.search(line[:MAX_LOG_LINE])
+    if not match:
+        return None
+    return {"rid": match.group(1), "prompt_tokens": int(match.group(2)),
+            "cached_tokens": int(match.group(3)) if match.group(3) is not None else None,
+            "generation_tokens": int(match.group(4)), "total_tokens": int(match.group(5)),
+            "stop_reason": match.group(6)}
+
+
+# ---------------------------------------------------------------------------
+# The engine's startup log: the KV pool it got.
+# ---------------------------------------------------------------------------
+def _int(text: str) -> int:
+    return int(text.replace(",", "").replace("_", ""))
+
+
+_START_RES = (
+    re.compile(r"vLLM API server version (\d[\w.+-]*)"),
+    re.compile(r"Initializing (?:a V1 |an )?LLM engine \(v(\d[\w.+-]*)\)"),
+)
+# (figure, regex, prefilter): checked on every line that contains the prefilter text.
+_LOG_RES = (
+    ("kv_size", re.compile(r"\b(GPU \+ host|[A-Z]{2,4}) KV cache size:(?:\*\*)?\s*([\d,]+) tokens"),
+     "KV cache size:"),
+    ("blocks_v0", re.compile(r"(?:#\s*)?(GPU|CUDA|cuda|gpu|XPU|xpu|HPU|hpu|TPU|tpu|NPU|npu) blocks:\s*([\d,]+),"
+                             r"\s*#\s*CPU blocks:\s*([\d,]+)"), "blocks:"),
+    ("blocks_v1", re.compile(r"#\s*GPU blocks:\s*([\d,]+)\s*$"), "GPU blocks:"),
+    ("extended", re.compile(r"Extended KV cache to ([\d,]+) blocks \(([\d.]+) GiB\)"), "Extended KV cache"),
+    ("available", re.compile(r"Available KV cache memory:(?:\*\*)?\s*(-?[\d.]+)\s*GiB"), "Available KV cache memory"),
+    ("cpu_space", re.compile(r"(?:Explicitly|Auto) set \((-?[\d.]+)/([\d.]+)\) GiB for KV cache"), "GiB for KV cache"),
+    ("profile_v0", re.compile(r"reserved for KV Cache is (-?[\d.]+)\s*GiB"), "reserved for KV Cache"),
+    ("profile_v0", re.compile(r"Memory profiling results:.*\bkv_cache_size=(-?[\d.]+)GiB"), "kv_cache_size="),
+    ("weights", re.compile(r"(?:Model loading took|Loading model weights took):?(?:\*\*)?\s*([\d.]+)\s*(GiB|GB)"),
+     "took"),
+    ("concurrency", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"),
+     "Maximum concurrency"),
+    ("block_size", re.compile(r"\bblock_size=(\d+)"), "block_size="),
+)
+_LOG_FIGURES = ("kv_size", "blocks_v0", "blocks_v1", "extended", "available", "cpu_space", "profile_v0")
+
+
+def _apply(record: dict, figure: str, match, line: str) -> None:
+    lines = record.setdefault("lines", {})
+    if figure == "kv_size":
+        record["kv_cache_tokens"] = _int(match.group(2))
+        record["kv_cache_tokens_from"] = "log: %s KV cache size" % match.group(1)
+        record["engine_format"] = "vllm-cpu" if match.group(1) == "CPU" else (
+            record.get("engine_format") if record.get("engine_format") == "vllm-0.34-extensible" else "vllm-v1")
+    elif figure in ("blocks_v0", "blocks_v1"):
+        record["kv_cache_blocks"] = _int(match.group(2) if figure == "blocks_v0" else match.group(1))
+        # "# GPU blocks: N" alone is the opt-in V1 engine of 0.6.6-0.7.x
+        record.setdefault("engine_format", "vllm-v0" if figure == "blocks_v0" else "vllm-v1")
+    elif figure == "extended":
+        record["kv_cache_blocks"] = _int(match.group(1))
+        record["kv_cache_bytes"] = int(round(float(match.group(2)) * GiB))
+        record["engine_format"] = "vllm-0.34-extensible"
+    elif figure in ("available", "cpu_space", "profile_v0"):
+        # 0.34's extensible cache: "Extended KV cache to ..." (after warmup) is what it got;
+        # "Available KV cache memory" was the profiling estimate before it.
+        if record.get("engine_format") == "vllm-0.34-extensible":
+            pass
+        elif figure == "available" or "kv_cache_bytes" not in record:
+            record["kv_cache_bytes"] = int(round(float(match.group(1)) * GiB))
+        if figure == "cpu_space":
+            record["engine_format"] = "vllm-cpu"
+        elif figure == "available":
+            record.setdefault("engine_format", "vllm-v1")
+        elif figure == "profile_v0":
+            record.setdefault("engine_format", "vllm-v0")
+    elif figure == "weights":
+        # vLLM divides by 2**30 for both spellings ("GB" in V0 and early V1 means GiB).
+        record["weights_bytes"] = int(round(float(match.group(1)) * GiB))
+    elif figure == "concurrency":
+        record["max_model_len"] = _int(match.group(1))
+        record["max_concurrency"] = float(match.group(2))
+    elif figure == "block_size":
+        record.setdefault("block_size", int(match.group(1)))
+        return
+    lines.setdefault(figure, line.strip()[:300])
+
+
+DEFAULT_BLOCK_SIZE = 16   # vLLM's block size on CUDA when --block-size is not given (V0 and V1 <= 0.x)
+_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
+
+
+def _block_size(record: dict, given: Optional[int]) -> Tuple[int, str]:
+    """Tokens per block for a log that states blocks only: the log's own block_size=, the one
+    given, or the one that matches the log's "Maximum concurrency for L tokens per request: Cx"
+    (blocks x size ~ L x C, C rounded to 2 decimals), else vLLM's default 16."""
+    if record.get("block_size"):
+        return record["block_size"], "block_size= in the log"
+    if given:
+        return given, "given"
+    blocks, length, concurrency = (record.get("kv_cache_blocks"), record.get("max_model_len"),
+                                   record.get("max_concurrency"))
+    if blocks and length and concurrency:
+        for size in [DEFAULT_BLOCK_SIZE] + [b for b in _BLOCK_SIZES if b != DEFAULT_BLOCK_SIZE]:
+            if abs(blocks * size / length - concurrency) <= 0.006 + concurrency * 0.001:
+                return size, "the one the log's maximum concurrency line agrees with"
+    return DEFAULT_BLOCK_SIZE, "vLLM's default; the log does not state it"
+
+
+def parse_engine_log_text(text: str, source: str = "log", block_size: Optional[int] = None) -> Dict[str, object]:
+    """The KV pool (and weights, where stated) of the last engine start in a log's text."""
+    starts: List[dict] = [{}]
+    version: Optional[str] = None
+    for raw in text.splitlines():
+        line = raw[:MAX_LOG_LINE]
+        if "version" in line or "LLM engine (v" in line:
+            for start_re in _START_RES:
+                match = start_re.search(line)
+                if match:
+                    if any(k in starts[-1] for k in ("kv_cache_tokens", "kv_cache_blocks", "kv_cache_bytes")):
+                        starts.append({})
+                    version = match.group(1)
+                    starts[-1]["engine_version"] = version
+                    break
+        for figure, regex, needle in _LOG_RES:
+            if needle in line:
+                match = regex.search(line)
+                if match:
+                    _apply(starts[-1], figure, match, line)
+    found = [s for s in starts if any(k in s for k in ("kv_cache_tokens", "kv_cache_blocks", "kv_cache_bytes"))]
+    if not found:
+        raise MeasureError("%s: no KV cache line (\"GPU/CPU KV cache size: N tokens\", \"# GPU blocks: N\", "
+                           "\"Available KV cache memory: X GiB\", ...) in %d bytes read"
+                           % (source, len(text.encode("utf-8", "replace"))))
+    record = dict(found[-1])
+    record.setdefault("engine_version", version)
+    if "kv_cache_tokens" not in record and "kv_cache_blocks" in record:
+        size, why = _block_size(record, block_size)
+        record["kv_cache_tokens"] = record["kv_cache_blocks"] * size
+        record["kv_cache_tokens_from"] = "log: blocks x block_size %d (%s)" % (size, why)
+        record["block_size"] = size
+    for key in ("kv_cache_tokens", "kv_cache_tokens_from", "kv_cache_bytes", "weights_bytes",
+                "kv_cache_blocks", "block_size", "max_model_len", "max_concurrency", "engine_format"):
+        record.setdefault(key, None)
+    record["starts_seen"] = len([s for s in starts if s])
+    return record
+
+
+def parse_engine_log(path: str, block_size: Optional[int] = None) -> Dict[str, object]:
+    """parse_engine_log_text on the first MAX_LOG_BYTES of a file (the startup lines are there)."""
+    data, more = read_head(path, MAX_LOG_BYTES)
+    if more:   # cut at the last whole line
+        data = data[:data.rfind(b"\n") + 1] or data
+    text = data.decode("utf-8", "replace")
+    if text.count("\ufffd") > len(text) // 10 + 16:
+        raise MeasureError("%s: not a text log (%d undecodable characters in %d bytes)"
+                           % (path, text.count("\ufffd"), len(data)))
+    record = parse_engine_log_text(text, path, block_size)
+    record["bytes_read"] = len(data)
+    record["log_truncated"] = more
+    return record
