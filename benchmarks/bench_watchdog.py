@@ -15,6 +15,14 @@ Run: .venv/bin/python benchmarks/bench_watchdog.py [--regenerate] [--seeds N]
 --field-report [SEEDS]: the field report's slow decay under a daily swell - leak-to-recycle delay
 at 50/200/2000 MiB/h with TTFT tracking the leak, and false recycles / alert episodes over
 21-day leak-free traces with the swell and a restart every 5 days (SEEDS of each, default 2).
+--families [SEEDS]: the randomised trace families of tests/traces/families.py (tune and held-out,
+docs/testing.md), SEEDS seeds each (default 50), fed in process with the restart flag the daemon
+has (pid / restart_count): per family alert episodes per week, recycles, % of leaking seeds
+recycled within 24 h of the leak start, recycles before the leak starts, the worst seed.
+Targets on the held-out families: <= 1 alert episode per week and 0 recycles leak-free;
+>= 95 % of leaking seeds (>= 30 MiB/h, TTFT following) recycled within 24 h; no recycle before
+a leak starts. --jobs N runs the seeds in N processes (default 2); --only A,B replays only the
+named families or splits (tune, held_out).
 """
 
 from __future__ import annotations
@@ -167,8 +175,99 @@ def field_report_sweep(program, seeds):
           % (total_r, total_e / (3.0 * seeds), 21 * seeds))
 
 
+def family_run(job):
+    """One seed of one family through a fresh DecisionEngine: its score (a worker's job)."""
+    family, seed = job
+    program = load_program()
+    sys.path.insert(0, TRACES)
+    import families  # noqa: E402 pylint: disable=import-outside-toplevel,import-error
+    trace = families.generate(family, seed)
+    engine = program.DecisionEngine(dict(program.DEFAULTS))
+    starts = set(trace.starts[1:])
+    decisions = []
+    started = time.process_time()
+    first_recycle = None
+    for t, mem, ttft, pre in trace.rows:
+        d = engine.feed(t, mem, ttft_p95=ttft, preemptions=pre, restarted=t in starts)
+        decisions.append(d)
+        if d.action == "recycle" and trace.leak_start is not None and t >= trace.leak_start:
+            first_recycle = t
+            break      # the leak was recycled: nothing after it is scored
+    leak = trace.leak_start
+    scored = [d for d in decisions if leak is None or d.t < leak]
+    hours = (scored[-1].t - scored[0].t + 60.0) / HOUR if scored else 0.0
+    return {"family": family, "seed": seed, "hours": hours, "episodes": alert_episodes(scored),
+            "recycles": sum(1 for d in scored if d.action == "recycle"),
+            "delay_h": None if first_recycle is None else (first_recycle - leak) / HOUR,
+            "rate_mib_h": trace.leak_bytes_per_hour / (1024 * 1024), "shape": trace.shape,
+            "cpu_s": time.process_time() - started}
+
+
+def families_sweep(seeds, jobs, only=()):
+    sys.path.insert(0, TRACES)
+    import families  # noqa: E402 pylint: disable=import-outside-toplevel,import-error
+    names = [n for n in families.FAMILIES if not only or n in only or families.FAMILIES[n].split in only]
+    work = [(name, seed) for name in names for seed in range(1, seeds + 1)]
+    if jobs > 1:
+        import multiprocessing  # pylint: disable=import-outside-toplevel
+        with multiprocessing.Pool(jobs) as pool:
+            results = pool.map(family_run, work, chunksize=1)
+    else:
+        results = [family_run(job) for job in work]
+    print()
+    print("trace families (tests/traces/families.py), %d seeds each; episodes/week and recycles count "
+          "the leak-free time (a leaking trace's time before its leak)" % seeds)
+    header = "%-16s %-8s %-5s %6s %8s %9s %8s %11s %12s %s" % (
+        "family", "split", "leak", "weeks", "ep/week", "recycles", "rec<24h", "rec_before", "cpu_s", "worst seed")
+    print(header)
+    print("-" * len(header))
+    for name, fam in families.FAMILIES.items():
+        rows = [r for r in results if r["family"] == name]
+        if not rows:
+            continue
+        weeks = sum(r["hours"] for r in rows) / (7 * 24)
+        episodes = sum(r["episodes"] for r in rows)
+        recycles = sum(r["recycles"] for r in rows)
+        cpu = sum(r["cpu_s"] for r in rows)
+        if fam.leaking:
+            within = sum(1 for r in rows if r["delay_h"] is not None and r["delay_h"] <= 24)
+            worst = max(rows, key=lambda r: (r["recycles"], float("inf") if r["delay_h"] is None else r["delay_h"]))
+            worst_text = "seed %d: %.0f MiB/h, %s, %d recycles before the leak; %s" % (
+                worst["seed"], worst["rate_mib_h"],
+                "never recycled" if worst["delay_h"] is None else "recycled after %.1f h" % worst["delay_h"],
+                worst["recycles"], worst["shape"])
+            print("%-16s %-8s %-5s %6.2f %8.2f %9s %7.0f%% %11d %12.1f %s" % (
+                name, fam.split, "yes", weeks, episodes / weeks if weeks else 0.0, "-", 100.0 * within / len(rows),
+                recycles, cpu, worst_text))
+        else:
+            worst = max(rows, key=lambda r: (r["recycles"], r["episodes"]))
+            worst_text = "seed %d: %d episodes, %d recycles; %s" % (
+                worst["seed"], worst["episodes"], worst["recycles"], worst["shape"])
+            print("%-16s %-8s %-5s %6.2f %8.2f %9d %8s %11s %12.1f %s" % (
+                name, fam.split, "no", weeks, episodes / weeks, recycles, "-", "-", cpu, worst_text))
+    held = [n for n, f in families.FAMILIES.items() if f.split == "held_out"]
+    free = [r for r in results if r["family"] in held and not families.FAMILIES[r["family"]].leaking]
+    leaking = [r for r in results if r["family"] in held and families.FAMILIES[r["family"]].leaking]
+    weeks = sum(r["hours"] for r in free) / (7 * 24)
+    if not free or not leaking:
+        return
+    print("held-out summary: leak-free %.2f alert episodes per week (target <= 1), %d recycles (target 0); "
+          "leaking %.0f %% recycled within 24 h (target >= 95 %%), %d recycles before the leak (target 0)" % (
+              sum(r["episodes"] for r in free) / weeks, sum(r["recycles"] for r in free),
+              100.0 * sum(1 for r in leaking if r["delay_h"] is not None and r["delay_h"] <= 24) / len(leaking),
+              sum(r["recycles"] for r in leaking)))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if "--families" in argv:
+        at = argv.index("--families")
+        seeds = int(argv[at + 1]) if at + 1 < len(argv) and argv[at + 1].isdigit() else 50
+        jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else 2
+        only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ()
+        families_sweep(seeds, jobs, only)
+        if "--only-families" in argv:
+            return 0
     if "--regenerate" in argv:
         sys.path.insert(0, TRACES)
         import generate_traces  # noqa: E402 pylint: disable=import-outside-toplevel

@@ -1,0 +1,224 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, kvpin.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Issue 38 (targets for the decision engine, not met by it yet): warm-up is not a leak (one test per warm-up shape, first run and after a restart
+with the plateau learned), one step then a plateau is not a trend, alert episodes (hysteresis,
+de-duplication, the state exported in the decision), the learned plateau kept in the state
+file, slow leaks with latency recycled within 24 h, and replay's exact times in its messages.
+The shapes come from tests/traces/families.py (its warm-up kinds with fixed parameters).
+
+The engine tests are strict xfails: each fails on the engine of this commit (alerts during
+warm-up, no learned plateau or episodes, the slow leaks recycled late or never). An engine that
+meets one makes it XPASS, which fails, so its mark must then go. Replay's message and the
+families generator are tested as they are."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+
+import pytest
+
+from watchdog_program import ROOT  # pylint: disable=import-error
+
+TRACES = os.path.join(ROOT, "tests", "traces")
+sys.path.insert(0, TRACES)
+import families  # noqa: E402 pylint: disable=import-error,wrong-import-position
+import generate_traces  # noqa: E402 pylint: disable=import-error,wrong-import-position
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+HOUR = 3600
+ISSUE_38 = pytest.mark.xfail(strict=True, reason="issue 38: the decision engine does not meet this yet")
+MEMORY = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected", "slow_decay")
+
+# Slow warm-ups, each settling within the issue's ~6 hours: what today's engine pages on.
+SHAPES = {
+    "exp": {"f0": 0.55, "tau": 1.2 * HOUR},
+    "steps": {"f0": 0.6, "first": 0.5, "step_at": [1.5 * HOUR, 2.5 * HOUR, 3.5 * HOUR],
+              "step_h": [0.07, 0.07, 0.06]},
+    "sawtooth": {"f0": 0.55, "tau": 1.0 * HOUR, "tooth": 1200.0, "tooth_h": 0.05},
+    "creep": {"f0": 0.6, "creep": 0.08, "creep_end": 6 * HOUR},
+}
+
+
+def _run(engine, kind, start, hours, seed, base=8 * GiB, leak=0.0, leak_after=None, ttft_per_gib=0.0):
+    """Feed one run of `hours` from `start`: the warm-up shape, a +/-150 MiB sawtooth, noise, a
+    60 MiB daily swell, optionally a leak from leak_after hours with TTFT p95 following it."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(int(hours * 60)):
+        t = start + i * 60
+        age = t - start
+        mem = base * families._warmup_level(kind, age, SHAPES[kind])  # pylint: disable=protected-access
+        mem += 150 * MiB * (2.0 * ((age / 420.0) % 1.0) - 1.0) + rng.gauss(0, 15 * MiB)
+        mem += 60 * MiB * math.exp(-(((t / HOUR) % 24 - 14.0) / 3.0) ** 2)
+        leaked = leak * max(0.0, age / HOUR - leak_after) if leak_after is not None else 0.0
+        ttft = 0.4 * (1 + ttft_per_gib * (leaked * MiB) / GiB) * math.exp(rng.gauss(0, 0.08))
+        out.append(engine.feed(t, mem + leaked * MiB, ttft_p95=ttft if age >= 300 else None,
+                               restarted=i == 0 and start > 0))
+    return out
+
+
+def _paged(decisions):
+    return [(round(d.t / HOUR, 2), d.diagnosis) for d in decisions if d.action != "none"]
+
+
+@ISSUE_38
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_first_warm_up_raises_no_alert(wd, kind):
+    """Today's tree pages 'memory rising' during each of these warm-ups (the issue's first ~6 h)."""
+    engine = wd.DecisionEngine({})
+    decisions = _run(engine, kind, 0, 10, seed=1)
+    assert _paged(decisions) == []
+
+
+@ISSUE_38
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_warm_up_after_a_restart_is_judged_against_the_learned_plateau(wd, kind, tmp_path):
+    """A 14 h run teaches the plateau (kept in the state file); the next start's warm-up of the
+    same shape raises nothing, also in a fresh engine that reads the state file."""
+    state = str(tmp_path / "state.json")
+    engine = wd.DecisionEngine({"state_file": state})
+    first = _run(engine, kind, 0, 14, seed=2)
+    assert engine.learned_plateau() is not None
+    saved = json.load(open(state, encoding="utf-8"))
+    assert len(saved["plateaus"]) == 1 and saved["plateaus"][0]["plateau"] > 6 * GiB
+    second = _run(engine, kind, 14 * HOUR, 8, seed=3)
+    assert _paged(first + second) == []
+    fresh = wd.DecisionEngine({"state_file": state})
+    assert fresh.learned_plateau() == pytest.approx(engine.learned_plateau(), abs=1)
+    third = _run(fresh, kind, 0, 8, seed=4)
+    assert any(d.warmup_hold for d in third)
+    assert _paged(third) == []
+
+
+def test_a_leak_above_the_learned_plateau_is_still_caught(wd):
+    """A guard for the fix (passes today): the plateau may only excuse a rise up to it, so
+    200 MiB/h from 1 h after a restart, TTFT following, is recycled within 8 h."""
+    engine = wd.DecisionEngine({})
+    _run(engine, "exp", 0, 14, seed=5)
+    second = _run(engine, "exp", 14 * HOUR, 12, seed=6, leak=200.0, leak_after=1.0, ttft_per_gib=0.5)
+    recycles = [d for d in second if d.action == "recycle"]
+    assert recycles and recycles[0].t - (15 * HOUR) <= 8 * HOUR
+
+
+@ISSUE_38
+def test_state_file_problems_are_notes_not_errors(wd, tmp_path):
+    bad = tmp_path / "state.json"
+    bad.write_text('{"plateaus": [{"plateau": -5, "settle_seconds": 1}]}')
+    engine = wd.DecisionEngine({"state_file": str(bad)})
+    assert engine.learned_plateau() is None and "finite and positive" in engine.state_note
+    bad.write_text("x" * 70000)
+    engine = wd.DecisionEngine({"state_file": str(bad)})
+    assert "larger than" in engine.state_note
+    engine = wd.DecisionEngine({"state_file": str(tmp_path / "missing" / "state.json")})
+    assert engine.state_note is None            # no file yet: a first start
+    _run(engine, "exp", 0, 13, seed=7)
+    assert "not written" in engine.state_note   # its directory is missing: noted, not raised
+
+
+@ISSUE_38
+def test_one_step_then_a_plateau_is_not_a_trend(wd):
+    """A 2 GiB step (a cache filling over 20 minutes) 20 h into a quiet run: no alert, no
+    recycle, in the window or a season later."""
+    engine = wd.DecisionEngine({})
+    rng = random.Random(8)
+    decisions = []
+    for i in range(48 * 60):
+        t = i * 60
+        mem = 6 * GiB * families._warmup_level("exp", t, {"f0": 0.6, "tau": 600.0})  # pylint: disable=protected-access
+        mem += 2 * GiB * min(1.0, max(0.0, (t - 20 * HOUR) / 1200.0))
+        mem += 150 * MiB * (2.0 * ((t / 420.0) % 1.0) - 1.0) + rng.gauss(0, 15 * MiB)
+        decisions.append(engine.feed(t, mem, ttft_p95=0.4 * math.exp(rng.gauss(0, 0.08))))
+    assert _paged(decisions) == []
+
+
+@ISSUE_38
+def test_alert_episode_is_one_until_it_clears_and_is_in_the_decision(wd):
+    """A 50 MiB/h leak without latency and no limit: one memory episode, however the
+    evaluations flap, held with its diagnosis, counted in alert_episodes_total."""
+    shape = [s for s in generate_traces.specs() if s.name == "leak_50mib_quiet"][0]
+    engine = wd.DecisionEngine(dict(shape.config))
+    decisions = [engine.feed(t, m, ttft_p95=tt) for t, m, tt, _p in generate_traces.generate(shape)]
+    alerts = [d for d in decisions if d.action == "alert"]
+    assert alerts and {d.diagnosis for d in alerts} == {"memory_rising"}
+    starts = [b for a, b in zip(decisions, decisions[1:]) if b.action == "alert" and a.action != "alert"]
+    assert len(starts) == 1
+    assert decisions[-1].alert_episodes_total == 1
+    assert alerts[-1].alert_episode == "memory_rising" and alerts[-1].alert_episode_since == starts[0].t
+    assert json.loads(alerts[-1].to_json())["alert_episode"] == "memory_rising"
+
+
+@ISSUE_38
+def test_a_short_alert_condition_is_pending_not_paged(wd):
+    """Hysteresis on entry: a condition seen once is no episode; one seen again after a gap
+    longer than the entry time starts counting anew."""
+    engine = wd.DecisionEngine({"alert_enter_seconds": 1800})
+    # A latency condition (a load burst lifts TTFT for minutes); a memory one pages at once.
+    d = wd.Decision(t=100.0, action="alert", reason="r", phase="evaluating", diagnosis="latency_only")
+    engine._episode(d, 100.0)  # pylint: disable=protected-access
+    assert d.action == "none" and "alert pending" in d.reason and d.alert_episodes_total == 0
+    d = wd.Decision(t=400.0, action="none", reason="r", phase="evaluating", diagnosis="steady")
+    engine._episode(d, 400.0)  # pylint: disable=protected-access
+    d = wd.Decision(t=700.0, action="alert", reason="r", phase="evaluating", diagnosis="latency_only")
+    engine._episode(d, 700.0)  # pylint: disable=protected-access
+    assert d.action == "none" and engine.pending_since == 100.0   # seen again within the entry time
+    d = wd.Decision(t=2500.0, action="alert", reason="r", phase="evaluating", diagnosis="latency_only")
+    engine._episode(d, 2500.0)  # pylint: disable=protected-access
+    assert d.action == "none" and engine.pending_since == 2500.0  # a gap longer than it: begins anew
+    d = wd.Decision(t=4400.0, action="alert", reason="r", phase="evaluating", diagnosis="latency_only")
+    engine._episode(d, 4400.0)  # pylint: disable=protected-access
+    assert d.action == "alert" and d.alert_episodes_total == 1 and d.alert_episode == "latency_only"
+    d = wd.Decision(t=4500.0, action="alert", reason="r", phase="evaluating", diagnosis="memory_rising")
+    engine._episode(d, 4500.0)  # pylint: disable=protected-access
+    assert d.diagnosis == "latency_only" and d.alert_episodes_total == 1   # one episode, its condition kept
+
+
+@ISSUE_38
+def test_issue_slow_leak_with_latency_is_recycled_within_24_hours(wd):
+    """The issue's unseen trace: 48 MiB/h from 2.5 h after the start, TTFT p95 following it,
+    27.5 h long - never recycled by today's tree."""
+    engine = wd.DecisionEngine({})
+    decisions = _run(engine, "exp", 0, 27.5, seed=9, leak=48.0, leak_after=2.5, ttft_per_gib=0.35)
+    recycles = [d for d in decisions if d.action == "recycle"]
+    assert recycles, "never recycled"
+    assert 2.5 * HOUR < recycles[0].t <= (2.5 + 24) * HOUR
+    assert recycles[0].diagnosis in ("slow_decay", "leak_with_latency")
+
+
+@ISSUE_38
+def test_field_report_decay_recycled_within_24_hours_of_its_start(wd, manifest):
+    """The committed field-report decay (36 h, -18 % throughput, RSS monotonic, p95 tracking):
+    today's tree recycles it 27 h after it starts."""
+    entry = manifest["field_report_decay"]
+    decisions = wd.replay(os.path.join(TRACES, entry["file"]), entry["config"], out=open(os.devnull, "w"))
+    first = next(d for d in decisions if d.action == "recycle")
+    assert first.t - entry["leak_start"] <= 24 * HOUR, (first.t - entry["leak_start"]) / HOUR
+
+
+def test_replay_time_going_back_names_both_times_exactly(wd, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_seconds,rss_bytes\n1700000001,100\n1700000000,100\n")
+    with pytest.raises(ValueError) as err:
+        wd.replay(str(trace), {}, out=open(os.devnull, "w"))
+    assert "t_seconds 1700000000 goes back from the previous row's 1700000001" in str(err.value)
+    trace.write_text("t_seconds,rss_bytes\n10.25,100\n10.125,100\n")
+    with pytest.raises(ValueError) as err:
+        wd.replay(str(trace), {}, out=open(os.devnull, "w"))
+    assert "t_seconds 10.125 goes back from the previous row's 10.25" in str(err.value)
+
+
+def test_trace_families_are_split_and_deterministic():
+    assert families.split("tune") and families.split("held_out")
+    assert set(families.split("tune")) | set(families.split("held_out")) == set(families.FAMILIES)
+    for name in families.FAMILIES:
+        a, b = families.generate(name, 3), families.generate(name, 3)
+        assert a.rows[:50] == b.rows[:50] and a.shape == b.shape
+    leaking = [n for n, f in families.FAMILIES.items() if f.leaking]
+    for name in leaking:
+        trace = families.generate(name, 1)
+        assert trace.leak_bytes_per_hour >= 30 * MiB and trace.leak_start is not None
+        assert all(s < trace.leak_start for s in trace.starts)
