@@ -380,6 +380,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
+    module_command_runner,
     observe,
     parse_checks,
 )
@@ -502,7 +503,7 @@ def main():
         module.fail_json(msg='No usable NVIDIA GPUs and required=true: %s' % facts['reason'])
     ansible_facts = dict(kvpin_gpus=facts)
     if checks:
-        ansible_facts['kvpin_node_observed'] = observe(checks)
+        ansible_facts['kvpin_node_observed'] = observe(checks, run_command=module_command_runner(module))
     # Changed only when a sent wheel was unpacked (in check mode: would have been).
     module.exit_json(changed=pynvml_from == 'library_wheel', pynvml_from=pynvml_from, ansible_facts=ansible_facts)
 

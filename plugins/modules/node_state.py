@@ -336,6 +336,7 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state impor
     NodeStateWaitError,
     check_wait,
     evaluate_until_in_sync,
+    module_command_runner,
     parse_checks,
     summarize,
 )
@@ -391,7 +392,7 @@ def main():
         timeout, delay = check_wait(module.params['wait_timeout'], module.params['wait_delay'])
     except NodeStateWaitError as exc:
         module.fail_json(msg=str(exc), field=exc.field)
-    results, tries, waited = evaluate_until_in_sync(checks, timeout, delay)
+    results, tries, waited = evaluate_until_in_sync(checks, timeout, delay, run_command=module_command_runner(module))
     module.exit_json(changed=False, tries=tries, waited=round(waited, 2), **summarize(results))
 
 

@@ -42,7 +42,6 @@ import re
 import shutil
 import socket
 import stat
-import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -91,6 +90,52 @@ SYSTEMCTL_TIMEOUT_SECONDS = 60
 PYTHON_TIMEOUT_SECONDS = 60
 # Where systemctl lives when the module's PATH is minimal.
 SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+# AnsibleModule.run_command has no timeout, and every command of the probe's one round trip
+# must be bounded: coreutils' timeout(1) runs it, and says 124 when it ran out of time and
+# 125..127 when it could not start it (a command that is missing: 127). After the time, TERM;
+# KILL_AFTER_SECONDS later, KILL.
+TIMED_OUT_RC = 124
+NOT_STARTED_RCS = (125, 126, 127)
+KILL_AFTER_SECONDS = 5
+
+
+class CommandNotRun(Exception):
+    """A command that did not run to an exit status of its own: the message says why."""
+
+
+def module_command_runner(module):
+    """``run_command(argv, seconds) -> (rc, stdout, stderr)`` through ``module.run_command``,
+    each command under coreutils' timeout(1): what the node-side functions below are given."""
+    timeout_bin = shutil.which('timeout', path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
+
+    def run_command(argv, seconds):
+        if not timeout_bin:
+            raise CommandNotRun('timeout (coreutils) not found, so %s cannot be bounded in time' % argv[0])
+        try:
+            return module.run_command([timeout_bin, '--kill-after=%d' % KILL_AFTER_SECONDS, '%d' % seconds]
+                                      + list(argv), check_rc=False, expand_user_and_vars=False,
+                                      handle_exceptions=False)
+        except OSError as exc:
+            raise CommandNotRun(str(exc)) from exc
+    return run_command
+
+
+def run_bounded(run_command, argv, seconds):
+    """(rc, stdout, stderr) of ``argv`` run by ``run_command`` within ``seconds``; CommandNotRun
+    when it timed out or could not start."""
+    if run_command is None:
+        raise ValueError('a command runner is needed to run %s (module_command_runner(module))' % argv[0])
+    try:
+        rc, stdout, stderr = run_command(argv, seconds)
+    except OSError as exc:
+        raise CommandNotRun(str(exc)) from exc
+    if rc == TIMED_OUT_RC:
+        raise CommandNotRun('timed out after %d s' % seconds)
+    if rc in NOT_STARTED_RCS:
+        detail = (stderr or '').strip().splitlines()
+        raise CommandNotRun(detail[-1] if detail else 'could not start (rc %d)' % rc)
+    return rc, stdout or '', stderr or ''
+
 
 # Run by each interpreter named in python_packages: argv[1:] are distribution names; prints
 # {name: version or null}. importlib.metadata from 3.8; pkg_resources for older venvs.
@@ -766,9 +811,10 @@ def find_systemctl():
     return shutil.which('systemctl', path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
 
 
-def read_unit_states(unit_names, systemctl=None):
-    """Every unit's state through ONE `systemctl show` call. systemctl missing or failing is
-    not an error of the module: every unit gets the reason as its ``error``."""
+def read_unit_states(unit_names, systemctl=None, run_command=None):
+    """Every unit's state through ONE `systemctl show` call, run by ``run_command``
+    (module_command_runner). systemctl missing or failing is not an error of the module: every
+    unit gets the reason as its ``error``."""
     unit_names = list(unit_names)
     if not unit_names:
         return {}
@@ -778,17 +824,16 @@ def read_unit_states(unit_names, systemctl=None):
         reason = 'systemctl not found'
     else:
         try:
-            proc = subprocess.run(systemctl_show_command(systemctl, unit_names), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                  timeout=SYSTEMCTL_TIMEOUT_SECONDS, check=False)
-        except (OSError, subprocess.SubprocessError) as exc:
+            rc, stdout, stderr = run_bounded(run_command, systemctl_show_command(systemctl, unit_names),
+                                             SYSTEMCTL_TIMEOUT_SECONDS)
+        except CommandNotRun as exc:
             reason = 'systemctl show could not run (%s)' % exc
         else:
-            if proc.returncode != 0:
-                detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-                reason = 'systemctl show failed (rc %d%s)' % (proc.returncode, ': ' + detail[0] if detail else '')
+            if rc != 0:
+                detail = (stderr.strip() or stdout.strip()).splitlines()
+                reason = 'systemctl show failed (rc %d%s)' % (rc, ': ' + detail[0] if detail else '')
             else:
-                return unit_states_from_show(unit_names, proc.stdout)
+                return unit_states_from_show(unit_names, stdout)
     return dict((name, UnitState(name=name, error=reason)) for name in unit_names)
 
 
@@ -873,23 +918,22 @@ def http_drift(spec, answer):
 
 # -- python packages -----------------------------------------------------------------------
 
-def installed_versions(python, names):
+def installed_versions(python, names, run_command=None):
     """({name: version or None}, None) as `python` sees its packages, or (None, reason) when
     the interpreter is missing or does not answer. One subprocess for all names."""
     if not os.path.exists(python):
         return None, 'interpreter missing'
     try:
         # -I: the interpreter's own packages only, not PYTHONPATH or the user's site dir.
-        proc = subprocess.run([python, '-I', '-c', PACKAGE_VERSIONS_SCRIPT] + list(names),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=PYTHON_TIMEOUT_SECONDS, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
+        rc, stdout, stderr = run_bounded(run_command, [python, '-I', '-c', PACKAGE_VERSIONS_SCRIPT] + list(names),
+                                         PYTHON_TIMEOUT_SECONDS)
+    except CommandNotRun as exc:
         return None, 'interpreter did not run (%s)' % exc
-    if proc.returncode != 0:
-        detail = proc.stderr.strip().splitlines()
-        return None, 'interpreter failed (rc %d%s)' % (proc.returncode, ': ' + detail[-1] if detail else '')
+    if rc != 0:
+        detail = stderr.strip().splitlines()
+        return None, 'interpreter failed (rc %d%s)' % (rc, ': ' + detail[-1] if detail else '')
     try:
-        found = json.loads(proc.stdout)
+        found = json.loads(stdout)
     except ValueError:
         return None, 'interpreter printed no version list'
     if not isinstance(found, dict):
@@ -911,7 +955,7 @@ def package_drift(spec, found, reason):
     return []
 
 
-def observe_python_packages(specs):
+def observe_python_packages(specs, run_command=None):
     """{python: {'versions': {name: version or None}} or {'error': reason}}, one interpreter
     run per distinct interpreter."""
     by_python = {}
@@ -919,24 +963,25 @@ def observe_python_packages(specs):
         by_python.setdefault(spec.python, []).append(spec.name)
     seen = {}
     for python, names in by_python.items():
-        found, reason = installed_versions(python, list(dict.fromkeys(names)))
+        found, reason = installed_versions(python, list(dict.fromkeys(names)), run_command=run_command)
         seen[python] = {'versions': found} if found is not None else {'error': reason}
     return seen
 
 
-def python_package_drift(specs):
+def python_package_drift(specs, run_command=None):
     """Drift lines for PythonPackageSpecs, one interpreter run per distinct interpreter."""
-    seen = observe_python_packages(specs)
+    seen = observe_python_packages(specs, run_command=run_command)
     return dict((spec, package_drift(spec, seen[spec.python].get('versions'), seen[spec.python].get('error')))
                 for spec in specs)
 
 
 # -- all checks ----------------------------------------------------------------------------
 
-def observe(checks, systemctl=None):
+def observe(checks, systemctl=None, run_command=None):
     """Everything the checks name, read from this node as JSON-able data (no comparison, no
     file contents): what crosses the wire when the comparison runs on the controller
-    (gpu_facts' ``observe``). systemctl is read once for all units, each interpreter once."""
+    (gpu_facts' ``observe``). systemctl is read once for all units, each interpreter once; both
+    run by ``run_command`` (module_command_runner), needed when a check names units or packages."""
     files = {}
     budget = HashBudget()   # one for the whole call: bytes and seconds spent hashing
     for check in checks:
@@ -958,14 +1003,16 @@ def observe(checks, systemctl=None):
     # The units after the URLs: a service that answered and died right after shows as not active.
     unit_names = list(dict.fromkeys(unit.name for check in checks for unit in check.units))
     units = dict((name, {'properties': dict(state.properties), 'error': state.error})
-                 for name, state in read_unit_states(unit_names, systemctl=systemctl).items())
+                 for name, state in read_unit_states(unit_names, systemctl=systemctl,
+                                                     run_command=run_command).items())
     return dict(
         files=files,
         users=dict((spec.name, observe_user(spec.name)) for check in checks for spec in check.users),
         groups=dict((name, group_exists(name)) for check in checks for name in check.groups),
         units=units,
         http=http,
-        python_packages=observe_python_packages([spec for check in checks for spec in check.python_packages]),
+        python_packages=observe_python_packages([spec for check in checks for spec in check.python_packages],
+                                                run_command=run_command),
     )
 
 
@@ -1005,10 +1052,10 @@ def compare(checks, observation):
     return results
 
 
-def evaluate(checks, systemctl=None):
+def evaluate(checks, systemctl=None, run_command=None):
     """Compare every CheckSpec with this node: observe, then compare. Returns CheckResults
     in check order."""
-    return compare(checks, observe(checks, systemctl=systemctl))
+    return compare(checks, observe(checks, systemctl=systemctl, run_command=run_command))
 
 
 # Bounds of a wait (evaluate_until_in_sync): a worker's health wait is minutes, never hours.
@@ -1034,7 +1081,8 @@ def check_wait(timeout, delay):
     return float(timeout), float(delay)
 
 
-def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=time.monotonic, sleep=time.sleep):
+def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=time.monotonic, sleep=time.sleep,
+                           run_command=None):
     """evaluate() again every ``delay`` seconds until every check is in sync or ``timeout``
     seconds have passed since the first try (one try when ``timeout`` is 0): a health wait in
     one round trip, where the controller would otherwise poll with a remote call per try.
@@ -1042,7 +1090,7 @@ def evaluate_until_in_sync(checks, timeout, delay, systemctl=None, clock=time.mo
     started = clock()
     tries = 0
     while True:
-        results = evaluate(checks, systemctl=systemctl)
+        results = evaluate(checks, systemctl=systemctl, run_command=run_command)
         tries += 1
         waited = clock() - started
         if all(r.in_sync for r in results) or waited + delay > timeout:

@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,12 +41,14 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state impor
     group_exists,
     http_drift,
     http_status,
+    module_command_runner,
     parse_checks,
     observe,
     observe_user,
     parse_systemctl_show,
     python_package_drift,
     read_unit_states,
+    run_bounded,
     sha1_of_file,
     summarize,
     unit_drift,
@@ -58,6 +61,19 @@ ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
 AS_ROOT = os.getuid() == 0
 PYTEST_VERSION = pytest.__version__
+
+
+class _ModuleEdge:
+    """AnsibleModule.run_command's contract (argv list -> rc, stdout, stderr), for the
+    node-side functions outside a module run: the edge, Ansible's module API."""
+
+    def run_command(self, args, check_rc=False, expand_user_and_vars=True, handle_exceptions=True):
+        proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+# The runner the modules build (module_command_runner): every command under coreutils' timeout.
+RUN = module_command_runner(_ModuleEdge())
 
 # `systemctl show --property=Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload --
 #  gpustack.service sshd.service nope.service kvpin-watchdog.service masked.service` as systemd 252
@@ -417,7 +433,7 @@ def test_unit_drift(spec, drift):
 
 
 def test_missing_systemctl_makes_every_unit_drift(tmp_path):
-    states = read_unit_states(['a.service', 'b.service'], systemctl=str(tmp_path / 'systemctl'))
+    states = read_unit_states(['a.service', 'b.service'], systemctl=str(tmp_path / 'systemctl'), run_command=RUN)
     assert set(states) == {'a.service', 'b.service'}
     assert all(s.error.startswith('systemctl show could not run') for s in states.values())
     assert unit_drift(UnitSpec('a.service', enabled=False), states['a.service'])[0].startswith(
@@ -430,7 +446,7 @@ def test_failing_systemctl_makes_every_unit_drift(tmp_path):
     systemctl.write_text('#!/bin/sh\necho "System has not been booted with systemd as init system (PID 1). '
                          'Can\'t operate." >&2\nexit 1\n')
     systemctl.chmod(0o755)
-    states = read_unit_states(['a.service'], systemctl=str(systemctl))
+    states = read_unit_states(['a.service'], systemctl=str(systemctl), run_command=RUN)
     assert unit_drift(UnitSpec('a.service', active=False), states['a.service']) == [
         'a.service: state unknown (systemctl show failed (rc 1: System has not been booted with systemd '
         'as init system (PID 1). Can\'t operate.))']
@@ -450,7 +466,7 @@ def test_one_systemctl_call_for_the_units_of_all_checks(tmp_path):
                                     {'name': 'masked.service'}]},
         {'name': 'same-unit-again', 'units': [{'name': 'sshd.service', 'active': True}]},
     ])
-    results = evaluate(checks, systemctl=str(systemctl))
+    results = evaluate(checks, systemctl=str(systemctl), run_command=RUN)
     assert log.read_text().splitlines() == [
         'show --property=Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload -- ' + ' '.join(SHOWN_UNITS)]
     inactive = {'object': 'gpustack.service', 'field': 'ActiveState', 'want': 'active', 'got': 'inactive'}
@@ -558,7 +574,7 @@ def test_python_packages_as_the_interpreter_sees_them(tmp_path):
     wrong = PythonPackageSpec(python=sys.executable, name='pytest', version='0.0.1')
     missing = PythonPackageSpec(python=sys.executable, name='kvpin-no-such-package', version='1.0')
     no_python = PythonPackageSpec(python=str(tmp_path / 'venv' / 'bin' / 'python'), name='gpustack', version='0.7.1')
-    drift = python_package_drift([good, wrong, missing, no_python])
+    drift = python_package_drift([good, wrong, missing, no_python], run_command=RUN)
     assert drift[good] == []
     assert drift[wrong] == ['pytest 0.0.1 in %s: installed %s' % (sys.executable, PYTEST_VERSION)]
     assert drift[missing] == ['kvpin-no-such-package 1.0 in %s: not installed' % sys.executable]
@@ -572,7 +588,7 @@ def test_pythonpath_of_the_module_does_not_count(tmp_path, monkeypatch):
     (dist_info / 'METADATA').write_text('Metadata-Version: 2.1\nName: kvpin-shadow\nVersion: 9.9\n')
     monkeypatch.setenv('PYTHONPATH', str(tmp_path))
     spec = PythonPackageSpec(python=sys.executable, name='kvpin-shadow', version='9.9')
-    assert python_package_drift([spec])[spec] == ['kvpin-shadow 9.9 in %s: not installed' % sys.executable]
+    assert python_package_drift([spec], run_command=RUN)[spec] == ['kvpin-shadow 9.9 in %s: not installed' % sys.executable]
 
 
 def test_interpreter_that_fails(tmp_path):
@@ -580,7 +596,7 @@ def test_interpreter_that_fails(tmp_path):
     python.write_text('#!/bin/sh\necho "cannot start" >&2\nexit 3\n')
     python.chmod(0o755)
     spec = PythonPackageSpec(python=str(python), name='gpustack', version='0.7.1')
-    assert python_package_drift([spec])[spec] == ['gpustack 0.7.1 in %s: interpreter failed (rc 3: cannot start)' % python]
+    assert python_package_drift([spec], run_command=RUN)[spec] == ['gpustack 0.7.1 in %s: interpreter failed (rc 3: cannot start)' % python]
 
 
 # -- everything together -------------------------------------------------------------------
@@ -598,7 +614,7 @@ def test_evaluate_and_summarize(tmp_path, http_server):
         {'name': 'serving_watchdog', 'users': ['kvpin-watchdog-missing'],
          'files': [{'path': str(tmp_path / 'watchdog.py'), 'mode': '0755'}]},
     ])
-    assert summarize(evaluate(checks)) == {
+    assert summarize(evaluate(checks, run_command=RUN)) == {
         'in_sync': False,
         'checks': {
             'gpustack_worker': {'in_sync': True, 'drift': [], 'drift_items': []},
@@ -623,7 +639,7 @@ def test_evaluate_and_summarize(tmp_path, http_server):
 def test_package_without_version_only_needs_to_be_installed():
     present = PythonPackageSpec(python=sys.executable, name='pytest')
     missing = PythonPackageSpec(python=sys.executable, name='kvpin-surely-not-installed')
-    drift = python_package_drift([present, missing])
+    drift = python_package_drift([present, missing], run_command=RUN)
     assert drift[present] == []
     assert drift[missing] == ['kvpin-surely-not-installed (any version) in %s: not installed' % sys.executable]
 
@@ -682,7 +698,7 @@ def test_read_sha1_observes_the_content_for_a_later_comparison(tmp_path):
     path = tmp_path / 'config.yaml'
     path.write_bytes(b'worker: 1\n')
     probe_checks = parse_checks([{'name': 'worker', 'files': [{'path': str(path), 'read_sha1': True}]}])
-    observation = json.loads(json.dumps(observe(probe_checks)))
+    observation = json.loads(json.dumps(observe(probe_checks, run_command=RUN)))
     assert observation['files'][str(path)]['sha1'] == hashlib.sha1(b'worker: 1\n').hexdigest()
     full = parse_checks([{'name': 'worker', 'files': [{'path': str(path), 'sha1': hashlib.sha1(b'worker: 2\n').hexdigest()}]}])
     [result] = compare(full, observation)
@@ -749,7 +765,7 @@ def test_no_wait_reads_once(tmp_path):
 def test_wait_on_a_real_url_and_real_time(http_server):
     """/healthz answers at once: one try, no sleep, whatever the timeout."""
     checks = parse_checks([{'name': 'health', 'http': [{'url': http_server + '/healthz', 'status': 200, 'timeout': 2}]}])
-    results, tries, waited = evaluate_until_in_sync(checks, 60, 0.1)
+    results, tries, waited = evaluate_until_in_sync(checks, 60, 0.1, run_command=RUN)
     assert summarize(results)['in_sync'] is True and tries == 1 and waited < 60
 
 
@@ -886,3 +902,21 @@ def test_a_drift_line_is_its_message_and_keeps_its_item_when_copied():
     [line] = compare(parse_checks([{'name': 'c', 'files': [_WANT_FILE]}]), {'files': {'/etc/x': dict(_FILE, mode=0o644)}})[0].drift
     assert line == '/etc/x: mode 0644, wanted 0600' and str(line) == line
     assert copy.deepcopy(line).item == line.item == {'object': '/etc/x', 'field': 'mode', 'want': '0600', 'got': '0644'}
+
+
+def test_a_command_is_bounded_by_timeout_and_a_hung_one_is_named(tmp_path):
+    """AnsibleModule.run_command has no timeout: the runner puts coreutils' timeout(1) in front,
+    so a hung systemctl or interpreter is a named reason, not a probe that never answers."""
+    hung = tmp_path / 'systemctl'
+    hung.write_text('#!/bin/sh\nsleep 30\n')
+    hung.chmod(0o755)
+    with pytest.raises(Exception, match=r'^timed out after 1 s$'):
+        run_bounded(RUN, [str(hung)], 1)
+    with pytest.raises(Exception, match='No such file or directory'):
+        run_bounded(RUN, [str(tmp_path / 'missing')], 5)
+    assert run_bounded(RUN, ['sh', '-c', 'echo out; echo err >&2; exit 3'], 5) == (3, 'out\n', 'err\n')
+
+
+def test_units_without_a_runner_is_a_programming_error_not_a_silent_pass(tmp_path):
+    with pytest.raises(ValueError, match='a command runner is needed'):
+        read_unit_states(['a.service'], systemctl=str(tmp_path / 'systemctl'))
