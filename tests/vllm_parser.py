@@ -134,7 +134,8 @@ def _parse_one(parser, cli_args, argv):
         return dict(ok=False, error=str(error)[:MAX_ERROR])
     except SystemExit as error:
         return dict(ok=False, error=('exit %s: %s' % (error.code, stderr.getvalue()))[:MAX_ERROR])
-    except Exception as error:  # pylint: disable=broad-except  (the release's own checks raise anything)
+    # The release's own checks raise anything.
+    except Exception as error:  # pylint: disable=broad-except
         return dict(ok=False, error=('%s: %s' % (type(error).__name__, error))[:MAX_ERROR])
     finally:
         sys.stderr = old
@@ -150,7 +151,7 @@ def _child():
     except ImportError as error:
         sys.stderr.write('cannot build vLLM\'s server parser under %s: %s\n' % (sys.executable, error))
         sys.exit(3)
-    import vllm  # pylint: disable=import-outside-toplevel,import-error  (child side)
+    import vllm  # pylint: disable=import-outside-toplevel,import-error
     answer = dict(vllm_version=getattr(vllm, '__version__', None), python=sys.version.split()[0],
                   make_arg_parser=maker, parser_class=flexible)
     if request.get('table'):
@@ -326,6 +327,6 @@ if __name__ == '__main__':
     if sys.argv[1:] == ['--child']:
         _child()
     else:
-        cli = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+        cli = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
         cli.add_argument('--record', required=True, metavar='OUT.json')
         _record(sys.executable, cli.parse_args().record)

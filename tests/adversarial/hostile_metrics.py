@@ -89,9 +89,8 @@ def kept_bound_page(per_name=4096, label_bytes=200):
     """The most a page may make the parser keep: two sound families of `per_name` series each
     (the per-name bound), labels of `label_bytes` (8,192 samples, ~1.9 MiB: the page bounds)."""
     pad = "x" * label_bytes
-    return "".join('%s{a="%s%05d"} 1\n' % (name, pad, i) for name in ("vllm:kv_cache_usage_perc",
-                                                                     "vllm:num_requests_waiting")
-                   for i in range(per_name)).encode()
+    names = ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting")
+    return "".join('%s{a="%s%05d"} 1\n' % (name, pad, i) for name in names for i in range(per_name)).encode()
 
 
 # The pages under the cap that used to drive the daemon past its unit's MemoryMax.

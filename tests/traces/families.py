@@ -124,9 +124,9 @@ def _draw_warmup(rng: random.Random, kind: str) -> Dict[str, float]:
     if kind == "steps":
         n = rng.randint(2, 4)
         rest = 1.0 - p["first"]
-        cuts = sorted(rng.random() for _ in range(n - 1))
+        cuts = sorted(rng.random() for _cut in range(n - 1))
         parts = [b - a for a, b in zip([0.0] + cuts, cuts + [1.0])]
-        p["step_at"] = sorted(rng.uniform(0.3, 6.0) * HOUR for _ in range(n))
+        p["step_at"] = sorted(rng.uniform(0.3, 6.0) * HOUR for _step in range(n))
         p["step_h"] = [(1 - p["f0"]) * rest * part for part in parts]
     return p
 
@@ -149,10 +149,10 @@ def generate(family_name: str, seed: int) -> Trace:
             break
         if t - starts[-1] >= 2 * HOUR:
             starts.append(int(t) // INTERVAL * INTERVAL)
-    warmups = [(k, _draw_warmup(rng, k)) for k in [rng.choice(fam.warmup_kinds) for _ in starts]]
+    warmups = [(k, _draw_warmup(rng, k)) for k in [rng.choice(fam.warmup_kinds) for _start in starts]]
     steps = [(int(rng.uniform(0.1, 0.9) * (leak_start if fam.leaking else duration)), rng.uniform(0, 1800))
-             for _ in range(rng.randint(*fam.steps))]
-    step_h = [rng.uniform(1.5, 2.5) * GiB for _ in steps]
+             for _step in range(rng.randint(*fam.steps))]
+    step_h = [rng.uniform(1.5, 2.5) * GiB for _step in steps]
     bursts = []
     burst_rate = rng.uniform(*fam.bursts_per_day) / DAY
     t = 0.0

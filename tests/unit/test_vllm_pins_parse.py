@@ -149,7 +149,7 @@ def _rendered_options():
 def test_the_plans_emit_every_flag_the_planner_renders_for_this_release(plans):
     version = vllm_profile.parse_version(VERSION)
     rendered = {vllm_profile.FLAGS[o].flag for o in _rendered_options() if vllm_profile.flag_available(o, version)}
-    emitted = {_flag(a) for _, argv in _all(plans) for a in argv[1:]}
+    emitted = {_flag(a) for _name, argv in _all(plans) for a in argv[1:]}
     assert emitted <= {vllm_profile.FLAGS[o].flag for o in vllm_profile.FLAGS}, emitted
     assert rendered <= emitted, 'no plan here emits %s: add a variant' % sorted(rendered - emitted)
 
@@ -185,7 +185,7 @@ def test_the_collection_flag_table_agrees_with_the_recorded_parser(table):
 
 def test_every_plan_parses_with_the_recorded_0_32_0_table(plans, table):
     argvs = _all(plans)
-    results = vllm_parser.parse_with_table(table, [argv for _, argv in argvs])
+    results = vllm_parser.parse_with_table(table, [argv for _name, argv in argvs])
     assert not _rejected(argvs, results), '\n'.join(_rejected(argvs, results))
 
 
@@ -213,7 +213,7 @@ def test_every_plan_parses_with_the_real_vllm_0_32_0_parser(plans, table):
         pytest.skip('%s is not set (a Python that imports vLLM %s, e.g. /tmp/vllmcpu/bin/python)' % (
             PYTHON_ENV, VERSION))
     argvs = _all(plans)
-    cases = [argv for _, argv in argvs] + [['/m', '--swap-space=0'], ['/m', '--enable-chunked-prefill=False']]
+    cases = [argv for _name, argv in argvs] + [['/m', '--swap-space=0'], ['/m', '--enable-chunked-prefill=False']]
     start = time.monotonic()
     answer = vllm_parser.run_child(python, cases, table=True)
     elapsed = time.monotonic() - start
