@@ -38,6 +38,11 @@ weights within 5 %); ``card miss:`` lines name each row that misses one. A run w
 the KV only in tokens ("GPU KV cache size") is scored as tokens x the model's KV bytes per token
 on one GPU, when every layer is full attention (else it is not scored).
 
+Model Runner V2 rows (vLLM 0.25+ dense models, every model from 0.29: vllm_profile.model_runner)
+are planned with pin_kv_cache_memory false where the version pins by default (0.10.2 - 0.33): the
+logged engine sized its own pool from a profile run whose compile-cache state the log does not give,
+so the plan's unpinned cold start is scored (the side that does not over-promise).
+
 Assumptions, stated once: an entry without a version is planned as vLLM 0.11.0 (the
 source document's other revision names v0.11.0, and its graph memory was measured after KV
 allocation, i.e. <= 0.19 accounting); an entry without util gets the util its own logged
@@ -221,6 +226,14 @@ def plan_entry(entry, old=False):
         knobs['block_size'] = entry['block_size']
     if entry.get('enforce_eager'):
         knobs['enforce_eager'] = True
+    runner, _why = prof.model_runner(version, spec.num_experts > 0, 'none' in spec.layer_kinds,
+                                     architecture=spec.architecture)
+    if runner == prof.RUNNER_V2 and prof.flag_available('kv_cache_memory_bytes', version) \
+            and not version.at_least(prof.EXTENSIBLE_KV_SINCE):
+        # Model Runner V2 rows: the logged engine sized its pool from a profile run whose compile
+        # cache state the log does not give, so the plan's unpinned cold start (kv_budget) is scored
+        # (the side that does not over-promise); V1 rows keep the default pin as before
+        knobs['pin_kv_cache_memory'] = False
     if entry.get('vllm_sampler'):
         # the sampler the run's own log names (its vllm_sampler_quote line), as an operator who
         # knows the image would set the knob

@@ -152,8 +152,20 @@ options:
     description: vLLM tokens per scheduler step (drives the activation peak).
     type: int
   kv_cache_dtype:
-    description: vLLM KV cache dtype (C(auto), C(fp8), ...).
+    description:
+      - vLLM KV cache dtype (C(auto), C(fp8), ...). Set, it is always obeyed (also over O(allow_fp8_kv)).
     type: str
+  allow_fp8_kv:
+    description:
+      - vLLM - the operator's consent to fp8 KV. A KV dtype below the model's changes the model's numerics
+        (long-context retrieval degrades first), so without consent (the default) a plan never changes the
+        KV dtype by itself - when the model dtype cannot hold the declared traffic it caps O(max_num_seqs) to
+        what the pool holds (or refuses a plan whose pool holds no O(max_model_len) sequence) and says in
+        C(plan.reasons.kv_cache_dtype), a warning and the suggestions what fp8 would buy in KV tokens and
+        sequences.
+      - V(true) - the plan switches to C(--kv-cache-dtype=fp8) where the model dtype is short of the declared
+        traffic and the version accepts fp8, and warns. An explicit O(kv_cache_dtype) wins either way.
+    type: bool
   block_size:
     description: vLLM KV cache block size in tokens.
     type: int
@@ -210,6 +222,14 @@ options:
       - From vLLM 0.17 the warm-up sorts on neither path; the charge does not change.
     type: str
     choices: [flashinfer, pytorch]
+  vllm_image:
+    description:
+      - vLLM - the container image the engine runs (C(vllm/vllm-openai:v0.11.0), C(gpustack/runner:cuda12.8-vllm0.11.0-linux-amd64)).
+        With O(vllm_sampler) unset it decides the sampler the plan charges where vLLM takes FlashInfer by itself when
+        it is installed (0.9.1 to 0.11) - the FlashInfer warm-up for images whose build files install it (vllm/vllm-openai;
+        gpustack/runner vLLM images on amd64, named in the tag), the sort path otherwise (gpustack/gpustack, unknown images).
+      - C(plan.reasons.vllm_sampler) names the evidence used. O(vllm_sampler) set always wins.
+    type: str
   gpu_layers:
     description: llama-box / llama.cpp layers resident on GPU (C(-ngl)).
     type: int
@@ -247,6 +267,36 @@ options:
   vram_reserve_bytes:
     description: llama-box / llama.cpp VRAM per GPU the planner keeps free (default 1 GiB, the GPUStack 0.7 reserve and llama.cpp's fit margin).
     type: int
+  traffic_source:
+    description:
+      - Which traffic the plan sizes for when O(measurement) is given. C(declared) (default) plans from
+        O(prompt_tokens_p99), O(max_output_tokens) and O(max_concurrency) and only compares them with the
+        measurement (printed, drift flagged). C(measured) replaces each declared figure by its measured bound
+        (it may shrink the plan). C(larger) takes the larger of the two per figure (it only grows).
+      - A measured figure is used only when it rests on at least 299 requests (distribution-free p99 bound at
+        95 % confidence, 1 - 0.99^299 >= 0.95) and its p99 is not in the +Inf bucket, in the whole window or in any
+        hour of day that has 299 requests itself (the bound is the largest over those); an output bound also
+        not when more than 1 % of requests were cut at their length limit. Otherwise the declaration stays and
+        the plan's reasons say why. C(measured) and C(larger) need O(measurement).
+    type: str
+    choices: [declared, measured, larger]
+    default: declared
+  measurement:
+    description:
+      - What the serving watchdog measured for this deployment (its C(measure) subcommand's output). Keys
+        C(traffic) (the C(measure --metrics) summary - C(requests), C(prompt_tokens_p99_upper),
+        C(prompt_tokens_p99_lower), C(prompt_tokens_p99_censored), the same for C(generation_tokens),
+        C(max_concurrency), C(length_truncated), C(hours) keyed C("00") to C("23"), ...), C(kv_pool) (the
+        C(measure --engine-log) output - C(kv_cache_tokens), C(kv_cache_bytes), C(weights_bytes)), C(gpu) (the
+        card name), C(backend_version) and C(args) (the engine's argv) the KV read-back belongs to, and
+        optional C(measured_at). Every figure is type- and range-checked; an unknown key is refused.
+      - The plan prints declared vs measured (prompt p99 bound, output p99 bound, peak concurrency, per hour)
+        and planned vs actual KV pool (drift over 5 % flagged), returned in C(plan.measured). When the vLLM
+        engine got fewer KV tokens than planned on the same card, version and args (C(--max-num-seqs) and the
+        histogram pin aside), max_num_seqs is sized on the pool it really has (unless set). Hours of day whose
+        prompt bound or peak concurrency differ by 2x or more print a C(traffic_classes) proposal (never
+        applied). Not with O(traffic_classes).
+    type: dict
   fail_on_infeasible:
     description: Fail the task when the plan does not fit. With C(false) the plan is returned with C(feasible=false).
     type: bool
@@ -431,6 +481,22 @@ plan:
           description:
             - The finer terms, by name, in bytes. Which keys appear depends on the backend
               (listed below); a term that does not apply is 0 or absent.
+            - The llama.cpp buffer terms keep llama.cpp's own dotted names (C(compute.*), C(pool.*)),
+              so Jinja reads them by key, C(terms['compute.ffn_peak']), not by attribute; being no
+              identifiers, they are listed here rather than below (llama-box / llama.cpp only).
+            - C(compute.attention_peak) - live tensors while attention runs (masks, KQ scores, hidden
+              states).
+            - C(compute.ffn_peak) - live tensors while the FFN runs.
+            - C(compute.output_peak) - live tensors at the output layer (logits). Returned when the output
+              layer is computed on this GPU.
+            - C(compute.pipeline_input_copies) - extra copies of the inputs kept for pipeline parallelism.
+              Returned with pipeline parallelism over several GPUs.
+            - C(pool.kq_f16_copy) - F16 copy of the attention probabilities (no flash attention). Returned
+              without flash attention.
+            - C(pool.activations_q8_1) - q8_1 copy of the activations for quantized matrix kernels (MMQ).
+              Returned with quantized weights.
+            - C(pool.weight_f16_dequant) - F16 dequantized copy of the largest weight matrix, on GPUs without
+              int8 tensor cores. Returned on compute capability below 7.5.
           type: dict
           returned: always
           contains:
@@ -549,8 +615,45 @@ plan:
               returned: backend vllm
             cold_compile_margin:
               description:
-                - vLLM - KV memory a cold torch.compile costs a pool that is not pinned in bytes (5 % of the
-                  warm KV budget, vllm#54383), charged inside the budget; 0 when C(--kv-cache-memory-bytes) pins the pool.
+                - vLLM - KV memory a cold torch.compile costs a pool that is not pinned in bytes, charged inside the
+                  budget (V1 runner - 5 % of the warm KV budget, vllm#54383; Model Runner V2 -
+                  C(cold_compile_transient) + C(cold_compile_pinned_segments)); 0 when C(--kv-cache-memory-bytes) pins the pool.
+              type: int
+              returned: backend vllm
+            kv_budget_warm:
+              description:
+                - vLLM - the KV budget of a warm start (the compile cache present), one of the plan's two named start
+                  cases; for a pool pinned in bytes, the pinned pool. C(plan.reasons.cold_start) compares the two.
+              type: int
+              returned: backend vllm
+            kv_budget_cold:
+              description:
+                - vLLM - the KV budget of a cold start (no compile cache - the first start of this shape or a start after
+                  the cache is wiped), the case C(max_num_seqs) and the headroom are sized for; for a pinned pool, the pool.
+              type: int
+              returned: backend vllm
+            v2_runner_buffers:
+              description:
+                - vLLM 0.27 and later, Model Runner V2 - its persistent penalties state ([max_num_seqs, vocab] int32 bin
+                  counts and a bit mask), counted by the budget formula (C(total_consumed)) and charged inside it.
+              type: int
+              returned: backend vllm
+            cold_compile_transient:
+              description:
+                - vLLM, Model Runner V2 - what a cold torch.compile adds to the profiled transient peak (copies of the
+                  per-rank embedding table made by Inductor's compile-time benchmarking, above the warm peak; fitted).
+              type: int
+              returned: backend vllm
+            cold_compile_pinned_segments:
+              description:
+                - vLLM 0.27 to 0.30, Model Runner V2 - allocator segments the cold compile leaves pinned, counted as
+                  consumed; they stay beside a pinned KV pool and are planned inside the budget (fitted).
+              type: int
+              returned: backend vllm
+            weights_v2_load_residual:
+              description:
+                - vLLM, Model Runner V2 - what C(load_model) allocates beyond the checkpoint's bytes (fitted on
+                  0.27 / 0.28 logs, not identified).
               type: int
               returned: backend vllm
             nvml_total:
@@ -624,34 +727,6 @@ plan:
               description: llama-box / llama.cpp - CUDA pool memory the first long prompt allocates, the largest C(pool.*) term.
               type: int
               returned: backend llama-box or llama.cpp
-            compute.attention_peak:
-              description: llama-box / llama.cpp - live tensors while attention runs (masks, KQ scores, hidden states).
-              type: int
-              returned: backend llama-box or llama.cpp
-            compute.ffn_peak:
-              description: llama-box / llama.cpp - live tensors while the FFN runs.
-              type: int
-              returned: backend llama-box or llama.cpp
-            compute.output_peak:
-              description: llama-box / llama.cpp - live tensors at the output layer (logits).
-              type: int
-              returned: backend llama-box or llama.cpp, when the output layer is computed on this GPU
-            compute.pipeline_input_copies:
-              description: llama-box / llama.cpp - extra copies of the inputs kept for pipeline parallelism.
-              type: int
-              returned: backend llama-box or llama.cpp, with pipeline parallelism over several GPUs
-            pool.kq_f16_copy:
-              description: llama-box / llama.cpp - F16 copy of the attention probabilities (no flash attention).
-              type: int
-              returned: backend llama-box or llama.cpp, without flash attention
-            pool.activations_q8_1:
-              description: llama-box / llama.cpp - q8_1 copy of the activations for quantized matrix kernels (MMQ).
-              type: int
-              returned: backend llama-box or llama.cpp, with quantized weights
-            pool.weight_f16_dequant:
-              description: llama-box / llama.cpp - F16 dequantized copy of the largest weight matrix, on GPUs without int8 tensor cores.
-              type: int
-              returned: backend llama-box or llama.cpp, compute capability below 7.5
         explain:
           description:
             - How each headline term was computed (the rule, the fitted constants and their
@@ -783,6 +858,15 @@ plan:
       type: list
       elements: dict
       returned: with traffic_classes
+    measured:
+      description:
+        - With O(measurement) - C(traffic), declared vs measured per figure (C(figures), each with C(declared),
+          C(measured), C(used), C(reason) and C(drift) C(above) / C(below) / null), per hour of day
+          (C(hours)) and a C(traffic_classes_proposal) when hours differ (never applied); C(kv_pool), planned vs
+          actual KV tokens (C(planned_kv_cache_tokens), C(actual_kv_cache_tokens), C(drift), C(flagged),
+          C(same_config), C(mismatch), C(short), C(action)), null without a KV read-back.
+      type: dict
+      returned: with measurement
     gpu_indexes:
       description:
         - The GPUs (NVML indexes) GPUStack's GPU selector pins the deployment to - O(gpu_indexes)

@@ -131,6 +131,18 @@ def _draw_warmup(rng: random.Random, kind: str) -> Dict[str, float]:
     return p
 
 
+def _poisson_events(rng: random.Random, rate: float, end: float, event):
+    """``event(t)`` at the times of a Poisson process of ``rate`` per second before ``end``."""
+    events = []
+    t = 0.0
+    while rate > 0:
+        t += rng.expovariate(rate)
+        if t >= end:
+            break
+        events.append(event(t))
+    return events
+
+
 def generate(family_name: str, seed: int) -> Trace:
     fam = FAMILIES[family_name]
     rng = random.Random("%s/%d" % (family_name, seed))
@@ -153,22 +165,10 @@ def generate(family_name: str, seed: int) -> Trace:
     steps = [(int(rng.uniform(0.1, 0.9) * (leak_start if fam.leaking else duration)), rng.uniform(0, 1800))
              for _step in range(rng.randint(*fam.steps))]
     step_h = [rng.uniform(1.5, 2.5) * GiB for _step in steps]
-    bursts = []
-    burst_rate = rng.uniform(*fam.bursts_per_day) / DAY
-    t = 0.0
-    while burst_rate > 0:
-        t += rng.expovariate(burst_rate)
-        if t >= duration:
-            break
-        bursts.append((t, rng.uniform(600, 2400), rng.uniform(200 * MiB, 800 * MiB)))
-    gaps = []
-    gap_rate = rng.uniform(*fam.gaps_per_day) / DAY
-    t = 0.0
-    while gap_rate > 0:
-        t += rng.expovariate(gap_rate)
-        if t >= duration:
-            break
-        gaps.append((t, rng.uniform(300, 3600)))
+    bursts = _poisson_events(rng, rng.uniform(*fam.bursts_per_day) / DAY, duration,
+                             lambda t: (t, rng.uniform(600, 2400), rng.uniform(200 * MiB, 800 * MiB)))
+    gaps = _poisson_events(rng, rng.uniform(*fam.gaps_per_day) / DAY, duration,
+                           lambda t: (t, rng.uniform(300, 3600)))
     noise = rng.uniform(5, 40) * MiB
     saw_half = rng.uniform(50, 350) * MiB
     swell_mem = rng.uniform(20, 150) * MiB

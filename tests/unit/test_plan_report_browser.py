@@ -215,6 +215,59 @@ def test_the_readable_check_catches_a_label_over_its_bar(browser_ready, tmp_path
         check_readable(readable)
 
 
+# The measured-vs-declared and planned-vs-actual KV tables of each deployment, as laid out.
+MEASURE_MEASURED = """() => Array.from(document.querySelectorAll('details.deployment')).map(d => {
+  d.open = true;
+  const rows = Array.from(d.querySelectorAll('table.traffic tr[data-figure]'));
+  const kv = d.querySelector('table.kv-pool');
+  const visible = el => { const b = el.getBoundingClientRect(); return b.width > 0 && b.height > 0; };
+  return {
+    figures: rows.map(r => ({figure: r.dataset.figure, declared: r.querySelector('td.declared').textContent,
+                             measured: r.querySelector('td.measured').textContent,
+                             used: r.querySelector('td.used').textContent,
+                             drift: r.querySelector('td.drift').textContent, visible: visible(r)})),
+    kv: kv ? {planned: kv.querySelector('td.planned').textContent, actual: kv.querySelector('td.actual').textContent,
+              drift: kv.querySelector('td.drift').textContent, flagged: kv.classList.contains('bad'),
+              visible: visible(kv)} : null,
+  };
+})"""
+
+
+def test_the_report_shows_measured_vs_declared_traffic_and_planned_vs_actual_kv(browser_ready, tmp_path):
+    from plan_report_nodes import a6000, node, result  # pylint: disable=import-outside-toplevel
+    from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_html import render_plan_report
+    gpus = [a6000(0)]
+    declared = result('chat', gpus)
+    actual = declared['plan']['kv_cache_tokens'] // 2
+    measurement = dict(traffic=dict(requests=1200, prompt_tokens_p99_lower=1552, prompt_tokens_p99_upper=1707,
+                                    generation_tokens_p99_lower=465, generation_tokens_p99_upper=512,
+                                    max_concurrency=11),
+                       kv_pool=dict(kv_cache_tokens=actual), gpu='NVIDIA RTX A6000', backend_version='0.10.1.1',
+                       args=declared['plan']['args'])
+    nodes = [node('node-1', gpus, [result('chat', gpus, measurement=measurement), result('plain', gpus)])]
+    report = tmp_path / 'measured.html'
+    report.write_text(render_plan_report(nodes), encoding='utf-8')
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            page.goto('file://' + str(report), wait_until='load')
+            shown = page.evaluate(MEASURE_MEASURED)
+        finally:
+            browser.close()
+    chat, plain = shown
+    assert [(f['figure'], f['declared'], f['measured'], f['used']) for f in chat['figures']] == [
+        ('prompt', '4096', '1707', '4096'), ('output', '512', '512', '512'), ('concurrency', '8', '11', '8')]
+    assert all(f['visible'] for f in chat['figures'])
+    assert chat['figures'][0]['drift'] == 'measured below declared'
+    assert chat['figures'][2]['drift'] == 'measured above declared'
+    assert chat['kv'] == {'planned': str(declared['plan']['kv_cache_tokens']), 'actual': str(actual),
+                          'drift': '-50.0 %', 'flagged': True, 'visible': True}
+    assert plain == {'figures': [], 'kv': None}
+
+
 def main(argv):
     """Check a report written by playbooks/plan.yml and write its screenshot."""
     if len(argv) != 3:

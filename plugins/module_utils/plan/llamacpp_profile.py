@@ -106,6 +106,7 @@ FLAGS_LLAMA_BOX = {
     'split_mode': '--split-mode',
     'no_mmap': '--no-mmap',
     'no_kv_offload': '--no-kv-offload',
+    'metrics': '--metrics',             # /metrics endpoint, off by default (engine_param.hpp / common.h)
     'fit': None,                        # llama-box has no --fit
 }
 FLAGS_LLAMA_CPP = {
@@ -122,6 +123,7 @@ FLAGS_LLAMA_CPP = {
     'split_mode': '--split-mode',
     'no_mmap': '--no-mmap',
     'no_kv_offload': '--no-kv-offload',
+    'metrics': '--metrics',             # /metrics endpoint, off by default (engine_param.hpp / common.h)
     'fit': '--fit',                     # on|off, default on, from b7445 (see the docstring)
 }
 

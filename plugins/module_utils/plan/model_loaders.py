@@ -1136,7 +1136,7 @@ def _model_dir_weight_bytes(path, config):
                              'download' % (path, len(absent), ', '.join(absent[:4]),
                                            ', ...' if len(absent) > 4 else '', len(absent) + len(files),
                                            len(files), '' if total is None else
-                                           '; %s metadata.total_size %d B' % (SAFETENSORS_INDEX, total)))
+                                           '; %s metadata.total_size %s B' % (SAFETENSORS_INDEX, total)))
     if files:
         loaded = 0
         skipped = {}
@@ -1152,7 +1152,7 @@ def _model_dir_weight_bytes(path, config):
                 else:
                     loaded += size
         if total is not None and named and abs(indexed - total) > INDEX_TOTAL_TOLERANCE * max(indexed, total):
-            raise ModelSpecError('model', '%s: metadata.total_size %d B, but the %d shard(s) it names '
+            raise ModelSpecError('model', '%s: metadata.total_size %s B, but the %d shard(s) it names '
                                  'hold %d B of tensors (their safetensors headers); an index that '
                                  'disagrees with its shards by more than %g%% belongs to another '
                                  'checkpoint' % (index_path, total, len(named), indexed,

@@ -37,7 +37,7 @@ import json
 from html import escape
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import cuda_total
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, RESIDENT_TERMS, type_name
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes, fmt_gib
 
 # Segment terms in drawing order, their colour and what the legend says of them.
@@ -92,7 +92,7 @@ def _list(value, where):
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
-        raise PlanHtmlError(where, 'must be a list, got %s' % type(value).__name__)
+        raise PlanHtmlError(where, 'must be a list, got %s' % type_name(value))
     if len(value) > MAX_ITEMS:
         raise PlanHtmlError(where, 'has %d items (limit %d)' % (len(value), MAX_ITEMS))
     return list(value)
@@ -102,7 +102,7 @@ def _dict(value, where):
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise PlanHtmlError(where, 'must be a dict, got %s' % type(value).__name__)
+        raise PlanHtmlError(where, 'must be a dict, got %s' % type_name(value))
     return value
 
 
@@ -256,6 +256,44 @@ def _memory_table(plan):
     return '<table class="mem"><tr><th>GPU</th>%s</tr>%s</table>' % (head, ''.join(rows))
 
 
+def _measured_html(plan):
+    """Declared vs measured traffic and planned vs actual KV pool (``plan.measured``), or ''."""
+    measured = _dict(plan.get('measured'), 'plan.measured')
+    if not measured:
+        return ''
+    out = []
+    traffic = _dict(measured.get('traffic'), 'plan.measured.traffic')
+    if traffic:
+        rows = []
+        for row in _list(traffic.get('figures'), 'plan.measured.traffic.figures'):
+            row = _dict(row, 'plan.measured.traffic.figures[]')
+            drift = row.get('drift')
+            rows.append('<tr data-figure="%s"%s><th>%s</th><td class="declared">%s</td><td class="measured">%s</td>'
+                        '<td class="used">%s</td><td class="drift">%s</td><td style="text-align:left">%s</td></tr>' % (
+                            _text(row.get('figure')), ' class="bad"' if drift else '', _text(row.get('label')),
+                            _text(row.get('declared')), _text(row.get('measured')) or '-', _text(row.get('used')),
+                            _text('measured %s declared' % drift) if drift else '', _text(row.get('reason'))))
+        out.append('<h4>traffic: declared vs measured (source %s, %s requests)</h4><table class="mem traffic">'
+                   '<tr><th>figure</th><th>declared</th><th>measured</th><th>used</th><th>drift</th><th>why</th></tr>'
+                   '%s</table>' % (_text(traffic.get('traffic_source')), _text(traffic.get('requests')), ''.join(rows)))
+        proposal = _list(traffic.get('traffic_classes_proposal'), 'plan.measured.traffic.traffic_classes_proposal')
+        if proposal:
+            out.append(_items('traffic_classes proposal (not applied)', proposal))
+    kv = _dict(measured.get('kv_pool'), 'plan.measured.kv_pool')
+    if kv:
+        drift = kv.get('drift')
+        out.append('<table class="mem kv-pool%s"><tr><th>KV pool</th><th>planned tokens</th><th>actual tokens</th>'
+                   '<th>drift</th><th>same card / version / args</th></tr><tr><th></th><td class="planned">%s</td>'
+                   '<td class="actual">%s</td><td class="drift">%s</td><td>%s</td></tr></table>%s' % (
+                       ' bad' if kv.get('flagged') else '', _text(kv.get('planned_kv_cache_tokens')),
+                       _text(kv.get('actual_kv_cache_tokens')),
+                       '%+.1f %%' % (100 * drift) if isinstance(drift, (int, float)) and not isinstance(drift, bool)
+                       else '-', 'yes' if kv.get('same_config') is True else _text('no: %s' % '; '.join(
+                           str(m) for m in _list(kv.get('mismatch'), 'plan.measured.kv_pool.mismatch'))),
+                       '<p class="warn">%s</p>' % _text(kv['action']) if kv.get('action') else ''))
+    return ''.join(out)
+
+
 def _deployment_html(name, result, plan):
     deployment = _dict(result.get('deployment'), 'deployment')
     model = deployment.get('model')
@@ -273,6 +311,7 @@ def _deployment_html(name, result, plan):
             _items('does not fit', plan.get('not_fitting'), 'bad'),
             _items('what would fit', plan.get('suggestions'), 'fit'),
             _items('warnings', plan.get('warnings'), 'warn'),
+            _measured_html(plan),
             _memory_table(plan),
             '<h4>reasons</h4><ul>%s</ul>' % ''.join(
                 '<li><code>%s</code>: %s</li>' % (_text(k), _text(reasons[k])) for k in sorted(reasons)),

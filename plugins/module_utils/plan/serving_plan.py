@@ -14,21 +14,25 @@ and its action plugin; several traffic classes go to ``traffic_classes`` with ``
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_memory
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import llamacpp_profile
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import measured_traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import traffic_classes
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_choice import choose_gpus, describe_kinds, kinds
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_loaders import GGUF_SUFFIX
 # with the request's checks shared with traffic_classes (saved_gpu_facts reads MAX_GPUS and check_gpus from here)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     BACKEND_LLAMA_BOX, BACKEND_LLAMA_CPP, BACKEND_VLLM, BACKENDS, MAX_CONCURRENCY, MAX_GPUS, MAX_TOKENS_PER_REQUEST,
-    PlanInputError, Traffic, check_gpus, check_plan, is_int, positive_int)
+    PlanInputError, Traffic, check_gpus, check_plan, is_int, positive_int, type_name)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 
 
@@ -44,6 +48,7 @@ ENGINE_KNOBS = (
     ('max_num_seqs', ENGINE_VLLM, dict(type='int')),
     ('max_num_batched_tokens', ENGINE_VLLM, dict(type='int', no_log=False)),
     ('kv_cache_dtype', ENGINE_VLLM, dict(type='str')),
+    ('allow_fp8_kv', ENGINE_VLLM, dict(type='bool')),
     ('block_size', ENGINE_VLLM, dict(type='int')),
     ('enforce_eager', ENGINE_VLLM, dict(type='bool')),
     ('pin_kv_cache_memory', ENGINE_VLLM, dict(type='bool')),
@@ -52,6 +57,7 @@ ENGINE_KNOBS = (
     ('pipeline_parallel_size', ENGINE_VLLM, dict(type='int')),
     ('pp_layer_partition', ENGINE_VLLM, dict(type='raw')),
     ('vllm_sampler', ENGINE_VLLM, dict(type='str', choices=['flashinfer', 'pytorch'])),
+    ('vllm_image', ENGINE_VLLM, dict(type='str')),
     ('gpu_layers', ENGINE_LLAMA, dict(type='int')),
     ('ctx_size', ENGINE_LLAMA, dict(type='int')),
     ('parallel', ENGINE_LLAMA, dict(type='int')),
@@ -88,6 +94,8 @@ SERVING_PLAN_ARGUMENT_SPEC = dict(
     max_output_tokens=dict(type='int', no_log=False),
     max_concurrency=dict(type='int'),
     traffic_classes=dict(type='list', elements='dict'),
+    traffic_source=dict(type='str', default='declared', choices=list(measured_traffic.TRAFFIC_SOURCES)),
+    measurement=dict(type='dict'),
     fail_on_infeasible=dict(type='bool', default=True),
     **KNOB_TYPES
 )
@@ -139,7 +147,7 @@ def pinned_tp(knobs):
 
 def _knob_type_error(name, spec, value):
     kind = spec['type'] if spec['type'] != 'list' else 'list of numbers'
-    return PlanInputError(name, 'must be of type %s, got %r (%s)' % (kind, value, type(value).__name__))
+    return PlanInputError(name, 'must be of type %s, got %r (%s)' % (kind, value, type_name(value)))
 
 
 def check_knob_type(name, value):
@@ -204,24 +212,99 @@ def plan_vllm_engine(spec, gpus, traffic, knobs, version, planners=None):
     return planners[key](spec, gpus, traffic, knobs, version)
 
 
-def build_plan(params, resolve_model=None, planners=None):
-    """Plan one deployment from module-style ``params``; returns a plan_types.Plan.
-
-    ``resolve_model`` and ``planners`` (some of engine_planners' entries) default to the real
-    implementations; given, they replace those entries.
-    """
+def check_engine(params):
+    """The request's backend and backend_version, checked (named errors)."""
     backend = params.get('backend')
     if backend not in BACKENDS:
         raise PlanInputError('backend', 'must be one of %s, got %r' % (', '.join(BACKENDS), backend))
     version = params.get('backend_version')
     if version is not None and not isinstance(version, str):
         raise PlanInputError('backend_version', 'must be a string such as "0.10.1.1" (quoted in '
-                                                'YAML), got %r (%s)' % (version, type(version).__name__))
+                                                'YAML), got %r (%s)' % (version, type_name(version)))
     if not version or not str(version).strip():
         raise PlanInputError('backend_version', 'is required: flags and memory accounting '
                                                 'differ by engine version')
-    traffic = parse_traffic(params.get('prompt_tokens_p99'), params.get('max_output_tokens'),
-                            params.get('max_concurrency'))
+    return backend, version
+
+
+def build_plan(params, resolve_model=None, planners=None):
+    """Plan one deployment from module-style ``params``; returns a plan_types.Plan.
+
+    ``resolve_model`` and ``planners`` (some of engine_planners' entries) default to the real
+    implementations; given, they replace those entries. With a ``measurement`` the traffic is
+    chosen by ``traffic_source`` (measured_traffic.choose_traffic), the plan's KV pool is
+    compared with the engine's, and a vLLM engine that got less KV than planned (same card,
+    version and args) is replanned with max_num_seqs sized on the pool it really has.
+    """
+    backend, _version = check_engine(params)
+    declared = parse_traffic(params.get('prompt_tokens_p99'), params.get('max_output_tokens'),
+                             params.get('max_concurrency'))
+    source = measured_traffic.check_traffic_source(params.get('traffic_source'))
+    measurement = measured_traffic.check_measurement(params.get('measurement'))
+    if source != measured_traffic.DEFAULT_TRAFFIC_SOURCE and (measurement is None or measurement['traffic'] is None):
+        raise PlanInputError('traffic_source', '%s needs measurement.traffic (the watchdog\'s measure '
+                                               'summary of this deployment); none given' % source)
+    if measurement is None:
+        return measurable(plan_for_traffic(params, declared, resolve_model, planners))
+    traffic, check = measured_traffic.choose_traffic(declared, measurement, source)
+    plan = measurable(plan_for_traffic(params, traffic, resolve_model, planners))
+    kv = measured_traffic.kv_check(plan, measurement)
+    if kv is not None and kv['short'] and backend == BACKEND_VLLM and plan.feasible:
+        seqs, seq_tokens = measured_traffic.resized_max_num_seqs(plan, traffic, kv['actual_kv_cache_tokens'])
+        planned_seqs = plan.settings.get('max_num_seqs')
+        if params.get('max_num_seqs') is not None:
+            kv['action'] = ('max_num_seqs %d set by the user: kept, though the engine\'s pool of %d tokens '
+                            'holds %d sequences of %d tokens' % (params['max_num_seqs'],
+                                                                 kv['actual_kv_cache_tokens'], seqs, seq_tokens))
+        elif planned_seqs is not None and seqs < planned_seqs:
+            plan = measurable(plan_for_traffic(dict(params, max_num_seqs=seqs), traffic, resolve_model, planners))
+            kv['action'] = ('max_num_seqs %d -> %d: sized on the KV pool the engine really got (%d tokens, '
+                            'planned %d) // %d-token sequences' % (
+                                planned_seqs, seqs, kv['actual_kv_cache_tokens'], kv['planned_kv_cache_tokens'],
+                                seq_tokens))
+            plan.reasons['max_num_seqs'] = kv['action']
+            plan.warnings.append('the engine got less KV than planned: %s' % kv['action'])
+        else:
+            kv['action'] = ('max_num_seqs %s kept: the engine\'s pool of %d tokens still holds %d sequences '
+                            'of %d tokens' % (planned_seqs, kv['actual_kv_cache_tokens'], seqs, seq_tokens))
+    if source != measured_traffic.DEFAULT_TRAFFIC_SOURCE:
+        for row in check['figures']:
+            plan.reasons['traffic.%s' % row['option']] = '%d: %s' % (row['used'], row['reason'])
+    plan.measured = {'traffic': check, 'kv_pool': kv}
+    return plan
+
+
+def measurable(plan):
+    """``plan`` with what makes its traffic measurable: vLLM >= 0.32 gets request_tokens
+    histogram bounds fine around its max_model_len (--custom-histogram-buckets); llama-box and
+    llama.cpp get --metrics (their /metrics endpoint is off by default)."""
+    if plan.backend == BACKEND_VLLM:
+        version = vllm_profile.parse_version(plan.backend_version)
+        max_model_len = plan.settings.get('max_model_len')
+        if not vllm_profile.flag_available('custom_histogram_buckets', version) or not max_model_len:
+            return plan
+        value = measured_traffic.histogram_buckets_value(max_model_len)
+        plan.args.append(vllm_profile.render_flag('custom_histogram_buckets', value))
+        plan.settings['custom_histogram_buckets'] = json.loads(value)
+        plan.reasons['custom_histogram_buckets'] = (
+            'request_tokens bounds 1-2-5 below %d, then steps of at most %d %% up to max_model_len %d '
+            '(%d bounds): the measured prompt / output p99 bound is within 10 %% (vLLM %s accepts %s)' % (
+                measured_traffic.FINE_FROM, round((measured_traffic.FINE_RATIO - 1) * 100), max_model_len,
+                len(plan.settings['custom_histogram_buckets']['request_tokens']), version,
+                vllm_profile.flag_span('custom_histogram_buckets')))
+        return plan
+    flag = llamacpp_profile.engine_profile(plan.backend, plan.backend_version).flag('metrics')
+    if flag and flag not in plan.args:
+        plan.args.append(flag)
+        plan.settings['metrics'] = True
+        plan.reasons['metrics'] = ('%s: the /metrics endpoint (off by default in %s) is what the watchdog '
+                                   'measures KV usage and load from' % (flag, plan.backend))
+    return plan
+
+
+def plan_for_traffic(params, traffic, resolve_model=None, planners=None):
+    """Plan one deployment for ``traffic`` (the declared or the chosen measured figures)."""
+    backend, version = check_engine(params)
     gpus = check_gpus(params.get('gpus'))
     knobs = split_knobs(backend, params)
     if params.get('model') in (None, '', {}):
@@ -309,6 +392,8 @@ def plan_report(plan, name=None):
                  % (plan.kv_cache_tokens, plan.max_concurrency_at_max_len))
     if plan.gpu_indexes is not None:
         lines.append('gpu_indexes: %s' % plan.gpu_indexes)
+    if getattr(plan, 'measured', None):
+        lines.extend(measured_traffic.report_lines(plan.measured['traffic'], plan.measured['kv_pool']))
     lines.extend('reason %s: %s' % (knob, plan.reasons[knob]) for knob in sorted(plan.reasons))
     lines.extend('rule: %s' % rule for rule in plan.rules)
     lines.extend('warning: %s' % warning for warning in plan.warnings)
@@ -346,6 +431,10 @@ def serving_plan_result(params):
     return this, so a plan reads the same wherever it was computed. Several traffic classes
     are planned by ``traffic_classes`` (strategy and profiles added to ``plan``)."""
     if params.get('traffic_classes') is not None:
+        if params.get('measurement') is not None or params.get('traffic_source') not in (None, 'declared'):
+            return dict(failed=True, field='measurement', msg='serving_plan: invalid measurement: plans one '
+                        'traffic; with traffic_classes leave measurement and traffic_source out (a measurement\'s '
+                        'per-hour figures print a traffic_classes proposal when planned without classes)')
         return traffic_classes.traffic_classes_result(params, build_plan)
     try:
         plan = build_plan(params)

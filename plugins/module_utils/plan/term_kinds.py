@@ -29,6 +29,7 @@ VLLM = {
     'weights_sharded': SHAPES, 'weights_replicated': SHAPES, 'weights_kv_proj_replication': SHAPES,
     # Marlin layout below compute capability 10: shapes; the 256-wide layout: fitted
     'weights_mxfp4_expert_padding': SHAPES_FITTED,
+    'weights_v2_load_residual': FITTED,
     'weights_pp_layers': SHAPES, 'weights_pp_embedding': SHAPES, 'weights_pp_lm_head': SHAPES,
     'activation_sampler_warmup': SHAPES_FITTED,      # the sort path's residual is fitted
     'activation_hidden_states': SHAPES, 'activation_forward_pass': SHAPES,
@@ -42,6 +43,8 @@ VLLM = {
     'profiler_underestimate_buffer': ENGINE, 'extensible_margin': ENGINE,
     'extensible_transient_peak': DERIVED,
     'safety_margin': POLICY, 'cold_compile_margin': FITTED,
+    'kv_budget_warm': DERIVED, 'kv_budget_cold': DERIVED,
+    'v2_runner_buffers': SHAPES, 'cold_compile_transient': FITTED, 'cold_compile_pinned_segments': FITTED,
     'kv_budget': DERIVED, 'kv_bytes_per_token': SHAPES, 'kv_bytes_per_block': SHAPES,
     'kv_blocks_stage': DERIVED, 'pp_stage': DERIVED, 'pp_stage_layers': DERIVED,
     'outside_resident': DERIVED, 'outside_required': DERIVED,

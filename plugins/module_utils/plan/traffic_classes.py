@@ -30,7 +30,8 @@ from typing import List, Optional, Tuple
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
-    BACKEND_VLLM, MAX_CONCURRENCY, MAX_TOKENS_PER_REQUEST, PlanInputError, Traffic, check_gpus, is_int, positive_int)
+    BACKEND_VLLM, MAX_CONCURRENCY, MAX_TOKENS_PER_REQUEST, PlanInputError, Traffic, check_gpus, is_int, positive_int,
+    type_name)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import derive_max_model_len
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, ceil_div
 
@@ -79,7 +80,7 @@ def parse_hours(field_name, hours):
         return ((0, MINUTES_PER_DAY),)
     if not isinstance(hours, str):
         raise PlanInputError(field_name, 'must be a string "HH:MM-HH:MM", got %r (%s)'
-                             % (hours, type(hours).__name__))
+                             % (hours, type_name(hours)))
     match = HOURS_RE.match(hours.strip())
     if not match:
         raise PlanInputError(field_name, 'must be "HH:MM-HH:MM" (e.g. "07:00-23:00"), got %r' % (hours,))
@@ -99,7 +100,7 @@ def parse_traffic_classes(value):
     """The classes, each key type- and range-checked; PlanInputError naming
     ``traffic_classes[i].key`` (and the value) otherwise."""
     if not isinstance(value, (list, tuple)):
-        raise PlanInputError('traffic_classes', 'must be a list of classes, got %s' % type(value).__name__)
+        raise PlanInputError('traffic_classes', 'must be a list of classes, got %s' % type_name(value))
     if not value:
         raise PlanInputError('traffic_classes', 'is empty: give at least one class')
     if len(value) > MAX_CLASSES:
@@ -109,7 +110,7 @@ def parse_traffic_classes(value):
         where = 'traffic_classes[%d]' % position
         if not isinstance(entry, dict):
             raise PlanInputError(where, 'must be a dict with %s, got %s' % (', '.join(CLASS_KEYS),
-                                                                            type(entry).__name__))
+                                                                            type_name(entry)))
         unknown = sorted(str(key) for key in entry if key not in CLASS_KEYS)
         if unknown:
             raise PlanInputError(where, 'unknown key(s) %s; a class takes %s' % (', '.join(unknown),
@@ -559,6 +560,12 @@ def traffic_classes_result(params, build_plan):
                   plan_report=traffic_report(tplan, params.get('backend'), params.get('backend_version')))
     if not tplan.feasible and params.get('fail_on_infeasible', True):
         result.update(failed=True, msg='no strategy serves every traffic class: %s' % '. '.join(tplan.not_fitting))
+        kept = [p['reasons']['kv_cache_dtype'] for p in tplan.profiles
+                if 'allow_fp8_kv' in p.get('reasons', {}).get('kv_cache_dtype', '')]
+        if kept:
+            result['msg'] += ('. KV dtype: %s: %s' % (
+                ', '.join(p['name'] for p in tplan.profiles
+                          if 'allow_fp8_kv' in p.get('reasons', {}).get('kv_cache_dtype', '')), kept[0]))
         split = [a for a in tplan.alternatives if a['strategy'] == 'split' and a['feasible']]
         if split:
             result['msg'] += ('. What would fit: split (%s), not chosen automatically since it holds the weights '

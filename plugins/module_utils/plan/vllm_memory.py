@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import (
-    LAYER_CROSS, LAYER_MLA, LAYER_SLIDING, kind_of, vllm_forced_block_size)
+    LAYER_CROSS, LAYER_MLA, LAYER_NO_KV, LAYER_SLIDING, kind_of, vllm_forced_block_size)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
     GpuMemory, KvPool, Plan, PlanInputError)
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, MiB, ceil_div, fmt_bytes
@@ -153,6 +153,44 @@ SAFETY_MARGIN_MIN_BYTES = 512 * MiB
 # the KV budget the warm profile leaves, so the plan describes the cold start, the smaller one.
 COLD_COMPILE_KV_FRACTION_X1000 = 50
 
+# Model Runner V2 (vllm_profile.model_runner: 0.25+ dense models, 0.29+ every model), terms read in
+# the 0.25.1 - 0.34.0 wheels (docs/vllm-versions.md, "Model Runner V2"):
+# (1) persistent runner buffers the 0.27+ formula counts (total_consumed): the penalties state,
+#     output_bin_counts [max_num_seqs, vocab] int32 and prompt_bin_mask [max_num_seqs,
+#     ceil(vocab / 32)] int32 (0.27.1 vllm/v1/worker/gpu/sample/penalties.py:32-42). Shapes.
+V2_BIN_COUNT_BYTES = 4
+V2_PROMPT_MASK_BITS_PER_WORD = 32
+V2_PROMPT_MASK_WORD_BYTES = 4
+# (2) the cold torch.compile inside the profile run (0.27.1 vllm/compilation/decorators.py:651-671:
+#     AOT compile, then the measured forward, one profiling window, no peak reset): vLLM turns on
+#     Inductor's combo kernels with compile-time benchmarking (0.27.1 vllm/config/compilation.py
+#     :976-986, from 0.19), and Inductor benchmarks on random copies of every kernel argument at
+#     per-rank shapes (torch 2.13.0 torch/_inductor/codegen/triton.py:6007-6038), weights included.
+#     Which kernels are benchmarked was not established; the charge is per-rank-shape scaled: copies
+#     of the per-rank embedding table E = vocab x hidden x dtype / TP. The transient peak is
+#     max(warm peak, COLD_COMPILE_TRANSIENT_COPIES x E); from 0.27 (total_consumed) to 0.30 the
+#     freed block can stay pinned by a later small allocation and is counted as consumed:
+#     + COLD_COMPILE_PINNED_COPIES x E; 0.31+ limits allocator splitting in the profile window, so
+#     nothing stays pinned. Fitted on issue 37's startups of a 7B bf16 model (Qwen2.5-7B: vocab
+#     152064, hidden 3584) on A10G / L4 with vLLM 0.27 / 0.28 at TP 1 / 2 / 4, whose non-KV memory
+#     beyond the weights was ~2.2 / 1.2 / 0.6 GiB (2E + shapes = 2.24 / 1.23 / 0.72), and consistent
+#     with vllm#54383 (0.28.0, 2 x RTX 4090 TP 2, expandable segments: 0.47 GiB per GPU, the model
+#     without the pinned copy: 0.55). Not data rows (those logs are not public): source rows ().
+COLD_COMPILE_TRANSIENT_COPIES = 1
+COLD_COMPILE_PINNED_COPIES = 1
+# (3) what load_model allocates beyond the checkpoint's bytes ("Model loading took" is torch's
+#     allocated delta around load_model: 0.27.1 gpu/model_runner.py:306-331, vllm/platforms/cuda.py
+#     :351-356): issue 37's A10G / L4 logs show 0.10 GiB at TP 1 and 0.07 - 0.08 GiB at TP 2 / 4 for
+#     Qwen2.5-7B, not identified (no per-rank scaling: the smallest, 0.07 GiB, is charged). The V1
+#     terms were fitted with the checkpoint bytes as the weights, so only V2 plans charge it.
+V2_LOAD_RESIDUAL_BYTES = int(0.07 * GiB)
+# (4) NCCL collectives captured in graphs (GRAPH_COLLECTIVE_BYTES_PER_CONNECTION, V0-era vllm#7553)
+#     are not charged to V2's graph pool: issue 37's A10G / L4 runs at TP 2 and TP 4 started at util
+#     0.90 with V2 capturing its graphs after the KV cache, in 2.2 GiB of slack that could not have
+#     held 1 - 2 GiB of collectives beside the CUDA context, NCCL buffers and allocator slack.
+V2_GRAPH_COLLECTIVES = ('graphs captured at TP 2 / 4 on A10G / L4 with vLLM 0.27 / 0.28 fit in the '
+                        '10 %% slack of util 0.90 (issue 37), which 1 GiB per ring connection would not')
+
 # Each fitted constant above as one Fitted (plugins/module_utils/plan/fitted.py): its value, what
 # it was fitted on and its source rows; the explanations print describe(), never the number.
 CUDA_CONTEXT = Fitted(
@@ -187,12 +225,28 @@ COLD_COMPILE_MARGIN = Fitted(
     'vllm#54383 (245 fewer blocks, 4.5 % of the KV pool, after a cold compile on 2 x RTX 4090 TP2, '
     'vLLM 0.28.0; not a data row)', scale=10)
 
+COLD_COMPILE_TRANSIENT = Fitted(
+    'vllm_memory.COLD_COMPILE_TRANSIENT_COPIES', COLD_COMPILE_TRANSIENT_COPIES,
+    '{} copy of the per-rank embedding table as the cold-compile transient peak (Model Runner V2)',
+    'issue 37\'s A10G / L4 startups of a 7B bf16 model with vLLM 0.27 / 0.28 at TP 1 / 2 / 4 and '
+    'vllm#54383 (0.28.0, 2 x RTX 4090, 0.47 GiB per GPU cold vs warm); not data rows')
+COLD_COMPILE_PINNED = Fitted(
+    'vllm_memory.COLD_COMPILE_PINNED_COPIES', COLD_COMPILE_PINNED_COPIES,
+    '{} copy of the per-rank embedding table left pinned after the cold compile (vLLM 0.27 - 0.30)',
+    'issue 37\'s A10G / L4 startups of a 7B bf16 model with vLLM 0.27 / 0.28 at TP 1 / 2 / 4 '
+    '(non-KV beyond the weights ~2.2 / 1.2 / 0.6 GiB); not data rows')
+
+V2_LOAD_RESIDUAL = Fitted(
+    'vllm_memory.V2_LOAD_RESIDUAL_BYTES', V2_LOAD_RESIDUAL_BYTES, BYTES,
+    'issue 37\'s A10G / L4 logs of Qwen2.5-7B with vLLM 0.27 / 0.28 ("Model loading took" minus the '
+    'checkpoint bytes: 0.10 GiB at TP 1, 0.07 - 0.08 at TP 2 / 4; not identified); not data rows')
+
 # Fitted constant -> the benchmarks/data/vllm_public.json rows it was read from (the one place
 # for it: bench_accuracy_vllm.py scores these rows as "fit", tests/unit/test_validation_split.py
 # checks the data file's "split" and "fit_for" against it).
 FITTED_SOURCE_ROWS = source_rows_of(
     CUDA_CONTEXT, NON_TORCH_GROWTH, TP_WORKSPACE, NCCL_PER_CHANNEL_CONNECTION, SAMPLER_SORT_RESIDUAL,
-    GRAPH_PER_LAYER, GRAPH_COLLECTIVES, COLD_COMPILE_MARGIN)
+    GRAPH_PER_LAYER, GRAPH_COLLECTIVES, COLD_COMPILE_MARGIN, COLD_COMPILE_TRANSIENT, COLD_COMPILE_PINNED)
 
 TP_CANDIDATES = (1, 2, 4, 8)
 MAX_MODEL_LEN_LIMIT = 16 * 1024 * 1024
@@ -201,7 +255,7 @@ MAX_NUM_BATCHED_TOKENS_LIMIT = 4 * 1024 * 1024
 KNOWN_KNOBS = ('tensor_parallel_size', 'gpu_memory_utilization', 'max_model_len', 'max_num_seqs',
                'max_num_batched_tokens', 'kv_cache_dtype', 'block_size', 'enforce_eager',
                'pin_kv_cache_memory', 'kv_cache_memory_bytes', 'cudagraph_memory_estimate',
-               'vllm_sampler')
+               'vllm_sampler', 'allow_fp8_kv', 'vllm_image')
 FALLBACK_HINT = ('for GPUs of different sizes use backend llama-box (GPUStack 0.7) or llama.cpp '
                  '(GPUStack 2.x) with layer offload (gpu_layers / tensor_split)'
                  ', or vLLM pipeline parallelism, one stage per GPU kind (pipeline_parallel_size)')
@@ -214,6 +268,29 @@ def safety_margin_bytes(total):
 def cold_compile_margin_bytes(kv_budget):
     """KV bytes a cold torch.compile costs an unpinned pool (COLD_COMPILE_KV_FRACTION_X1000)."""
     return ceil_div(max(0, kv_budget) * COLD_COMPILE_KV_FRACTION_X1000, 1000)
+
+
+def embedding_bytes_per_rank(spec, tp):
+    """E: the per-rank embedding table (vocab x hidden x model dtype / TP), the unit of the V2
+    cold-compile terms (COLD_COMPILE_TRANSIENT_COPIES)."""
+    return spec.vocab_size * spec.hidden_size * spec.dtype_bytes // max(1, tp)
+
+
+def v2_runner_buffer_bytes(spec, max_num_seqs):
+    """Model Runner V2's penalties state (output_bin_counts + prompt_bin_mask), persistent."""
+    return max_num_seqs * (spec.vocab_size * V2_BIN_COUNT_BYTES + ceil_div(
+        spec.vocab_size, V2_PROMPT_MASK_BITS_PER_WORD) * V2_PROMPT_MASK_WORD_BYTES)
+
+
+def v2_cold_compile(spec, tp, version, warm_peak):
+    """(transient extra, pinned) bytes a cold torch.compile adds to Model Runner V2's non-KV
+    memory on one rank, over the warm profile whose peak above the live memory is ``warm_peak``."""
+    copies = embedding_bytes_per_rank(spec, tp)
+    transient = max(0, COLD_COMPILE_TRANSIENT_COPIES * copies - warm_peak)
+    pinned = 0
+    if prof.counts_total_consumed(version) and not prof.profile_split_limit(version):
+        pinned = COLD_COMPILE_PINNED_COPIES * copies
+    return transient, pinned
 
 
 def next_power_of_two(n):
@@ -406,13 +483,30 @@ def sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version=Non
     return terms, path
 
 
-def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None, sampler=None):
+def v2_sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version):
+    """(named bytes, path) of Model Runner V2's profile-run sampler: greedy up to 0.32 (one
+    [R, vocab] logits tensor in the model dtype, no fp32 copy, no top-k/top-p), from 0.33 a
+    warm-up pass with top-k / top-p / min-p / penalties / logprobs (charged as the V1 no-sort
+    path: logits, fp32 copy, mask + probs)."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    logits = rows * spec.vocab_size
+    if not version.at_least(prof.V2_WARMUP_PARAMS_SINCE):
+        return {'logits_model_dtype': logits * spec.dtype_bytes}, 'v2_greedy'
+    return {'logits_model_dtype': logits * spec.dtype_bytes, 'logits_fp32': logits * SAMPLER_FP32_LOGITS_BYTES,
+            'mask_probs_noise': logits * SAMPLER_NO_SORT_BYTES}, 'v2_warmup_params'
+
+
+def activation_peak(spec, tp, max_num_seqs, max_num_batched_tokens, version=None, sampler=None, runner=None):
     """(bytes, terms, explain): the profile run's torch peak above the weights.
 
     ``version`` (a vllm_profile.VllmVersion) and ``sampler`` (the checked vllm_sampler knob) pick
-    the sampler path; None plans the sort path, the larger one."""
+    the sampler path; None plans the sort path, the larger one. ``runner`` prof.RUNNER_V2 plans
+    Model Runner V2's sampler (v2_sampler_warmup_terms; no reserve)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version, sampler)
+    if runner == prof.RUNNER_V2 and version is not None:
+        parts, path = v2_sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version)
+    else:
+        parts, path = sampler_warmup_terms(spec, max_num_seqs, max_num_batched_tokens, version, sampler)
     sampler = sum(parts.values())
     hidden_states = (max_num_batched_tokens + HIDDEN_STATE_ROW_COPIES * rows) * spec.hidden_size * spec.dtype_bytes
     # encoder-decoder: the profile run also passes max_encoder_len positions through the encoder
@@ -510,8 +604,9 @@ def custom_allreduce(tp, gpu_name):
     return tp > 1 and nccl_channels(gpu_name) == NCCL_CHANNELS_NVLINK
 
 
-def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
-    """(bytes, terms, explain) of the CUDA-graph memory pool per GPU (0 with no capture)."""
+def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None, runner=None):
+    """(bytes, terms, explain) of the CUDA-graph memory pool per GPU (0 with no capture).
+    ``runner`` prof.RUNNER_V2: no NCCL collectives charged in the graphs (see V2_GRAPH_COLLECTIVES)."""
     if not capture_sizes:
         return 0, {}, 'enforce_eager: no CUDA graphs captured'
     count = len(capture_sizes)
@@ -519,6 +614,15 @@ def cuda_graph_pool(spec, tp, capture_sizes, gpu_name=None):
     nodes = GRAPH_BYTES_PER_LAYER * spec.num_layers * count // GRAPH_REFERENCE_CAPTURE_COUNT
     intermediates = largest * spec.dtype_bytes * (
         FORWARD_HIDDEN_COPIES * spec.hidden_size + FORWARD_FFN_COPIES * ffn_width(spec) // tp)
+    if runner == prof.RUNNER_V2 and tp > 1:
+        total = nodes + intermediates
+        return total, {'cuda_graph_nodes': nodes, 'cuda_graph_intermediates': intermediates,
+                       'cuda_graph_collectives': 0}, (
+            '%d captured sizes up to %d: graph nodes %s x %d layers x %d/%d = %s (%s) + largest graph '
+            'intermediates %s (physical) + no NCCL collectives (Model Runner V2: %s) = %s' % (
+                count, largest, fmt_bytes(GRAPH_BYTES_PER_LAYER), spec.num_layers, count,
+                GRAPH_REFERENCE_CAPTURE_COUNT, fmt_bytes(nodes), GRAPH_PER_LAYER.describe(),
+                fmt_bytes(intermediates), V2_GRAPH_COLLECTIVES, fmt_bytes(total)))
     nccl_in_graphs = tp > 1 and not custom_allreduce(tp, gpu_name)
     collectives = GRAPH_COLLECTIVE_BYTES_PER_CONNECTION * ring_connections(tp) if nccl_in_graphs else 0
     total = nodes + intermediates + collectives
@@ -668,6 +772,18 @@ class _Context:
         else:
             self.graphs_inside = False
         self.estimate_env = None if estimate is None else ('1' if estimate else '0')
+        # the GPU model runner: Model Runner V2 for dense models from 0.25, every model from 0.29
+        self.runner, self.runner_reason = prof.model_runner(
+            version, spec.num_experts > 0, LAYER_NO_KV in spec.layer_kinds, architecture=spec.architecture)
+        self.v2 = self.runner == prof.RUNNER_V2
+        # the sampler the plan charges: the knob, else what the image is known to carry
+        self.sampler = knobs.get('vllm_sampler')
+        self.image_sampler, self.image_evidence = prof.default_sampler(version, knobs.get('vllm_image'))
+        if self.sampler is None:
+            self.sampler = self.image_sampler
+        if self.v2 and not prof.v2_charges_graphs(version):
+            # 0.25 - 0.28: V2 estimates no graph memory; graphs are captured after the KV cache
+            self.graphs_inside = False
         # vLLM 0.34+: the extensible KV cache stays on unless the plan pins the KV bytes
         # (--kv-cache-memory-bytes turns it off): see extensible_mode_reason.
         self.extensible = self.acct.extensible_kv_default and not (
@@ -709,7 +825,10 @@ def _explain(ctx, tp, gpu, row, layout, kv_dtype, util, pinned_bytes, w_explain,
             fmt_bytes(layout.bytes_per_token), kv_dtype, layout.rule,
             ('; the KV budget is net of a cold-compile margin %s (%s): not pinned in bytes, a cold '
              'torch.compile is charged as activation'
-             % (fmt_bytes(row['cold']), COLD_COMPILE_MARGIN.describe())) if row['cold'] else ''),
+             % (fmt_bytes(row['cold']), ('Model Runner V2: transient %s, %s; pinned segments %s, %s' % (
+                 fmt_bytes(row['cold_transient']), COLD_COMPILE_TRANSIENT.describe(), fmt_bytes(row['cold_pinned']),
+                 COLD_COMPILE_PINNED.describe())) if ctx.v2 else COLD_COMPILE_MARGIN.describe()))
+            if row['cold'] else ''),
         'headroom': 'total - budget - outside resident terms; must stay >= profiler buffer %s + '
                     'safety margin %s (3 %% of the card, >= 512 MiB: allocator fragmentation, '
                     'prefill peaks above the profiled one, unprofiled logprobs)' % (
@@ -791,7 +910,7 @@ def _batch_settings(ctx, max_model_len):
 def _graph_for(ctx, tp, gpus, mnbt, ms):
     """The CUDA graph pool (bytes, terms, explanation) with ``ms`` sequences."""
     sizes = [] if ctx.enforce_eager else prof.cudagraph_capture_sizes(ctx.version, ms, mnbt)
-    return cuda_graph_pool(ctx.spec, tp, sizes, gpus[0].get('name'))
+    return cuda_graph_pool(ctx.spec, tp, sizes, gpus[0].get('name'), ctx.runner)
 
 
 def _utilization(ctx, tp, gpus, cudas, graph_upper):
@@ -828,6 +947,11 @@ def _eval_setup(ctx, tp, kv_dtype, max_model_len):
     pin_wanted = pinned_user is None and (
         pin_knob if pin_knob is not None else prof.kv_bytes_pin_default(version)[0])
     weights, w_terms, w_explain = weights_per_gpu(spec, tp, gpus[0], version)
+    if ctx.v2:
+        # Model Runner V2: what load_model allocates beyond the checkpoint (V2_LOAD_RESIDUAL)
+        weights += V2_LOAD_RESIDUAL_BYTES
+        w_terms = dict(w_terms, weights_v2_load_residual=V2_LOAD_RESIDUAL_BYTES)
+        w_explain += ' + load residual %s (%s)' % (fmt_bytes(V2_LOAD_RESIDUAL_BYTES), V2_LOAD_RESIDUAL.describe())
     cudas = [cuda_total_of(gpu, position) for position, gpu in enumerate(gpus)]
     util, derived, reasons['gpu_memory_utilization'] = _utilization(
         ctx, tp, gpus, cudas, _graph_for(ctx, tp, gpus, mnbt, ms_upper)[0])
@@ -843,34 +967,57 @@ def _eval_setup(ctx, tp, kv_dtype, max_model_len):
 
 def _kv_row(ctx, setup, gpu, cuda, ms, cold_margin):
     """One GPU's charged terms and KV blocks with ``ms`` sequences; with ``cold_margin`` the KV
-    budget is the one a cold torch.compile leaves."""
-    spec, acct, tp, mnbt = ctx.spec, ctx.acct, setup.tp, setup.max_num_batched_tokens
+    budget is the one a cold torch.compile leaves (the cold start), else the warm one."""
+    spec, acct, tp, mnbt, version = ctx.spec, ctx.acct, setup.tp, setup.max_num_batched_tokens, ctx.version
     total = cuda.cuda_total
     nccl = nccl_buffer_bytes(tp, gpu.get('name'))
-    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, ctx.version, ctx.knobs.get('vllm_sampler'))
+    act, a_terms, a_explain = activation_peak(spec, tp, ms, mnbt, version, ctx.sampler,
+                                              ctx.runner)
     graph, g_terms, g_explain = _graph_for(ctx, tp, setup.gpus, mnbt, ms)
+    # Model Runner V2 from 0.27: its persistent buffers count (total_consumed)
+    runner_buffers = v2_runner_buffer_bytes(spec, ms) if ctx.v2 and prof.counts_total_consumed(version) else 0
     inside_nt = setup.non_torch_growth + setup.tp_workspace + (0 if acct.nccl_in_baseline else nccl) + (
-        CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0)
+        CUDA_CONTEXT_BYTES if acct.device_wide_non_torch else 0) + runner_buffers
     charged = setup.weights + act + inside_nt + (graph if ctx.graphs_inside else 0)
+    cold_transient, cold_pinned = v2_cold_compile(spec, tp, version, act) if ctx.v2 else (0, 0)
     cold = 0
     ext = None
     if setup.pinned_user is not None:
-        kv_budget = setup.pinned_user
+        kv_budget = kv_warm = kv_cold = setup.pinned_user
     elif ctx.extensible:
-        ext = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph,
-                                act + (graph if ctx.graphs_inside else 0))
+        # a cold compile raises the transient peak the extensible cache keeps free (and its margin)
+        transient = act + (cold_transient if cold_margin else 0) + (graph if ctx.graphs_inside else 0)
+        ext = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph, transient)
         kv_budget = ext['kv']
         charged = ext['consumed'] + ext['transient']
+        kv_warm = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph,
+                                    act + (graph if ctx.graphs_inside else 0))['kv']
+        kv_cold = extensible_sizing(acct, tp, gpu, total, setup.util, setup.weights + inside_nt + graph,
+                                    act + cold_transient + (graph if ctx.graphs_inside else 0))['kv']
+        # no margin subtracted: the cold transient is inside the extensible formula (kv_budget_cold)
     else:
-        kv_budget = util_bytes(total, setup.util) - charged
-        if cold_margin:
-            cold = cold_compile_margin_bytes(kv_budget)
-            kv_budget -= cold
+        kv_warm = util_bytes(total, setup.util) - charged
+        cold_extra = cold_transient + cold_pinned if ctx.v2 else cold_compile_margin_bytes(kv_warm)
+        kv_cold = kv_warm - cold_extra
+        kv_budget = kv_warm
+        if cold_margin == PINNED_BESIDE_COLD:
+            # a pinned pool: the cold compile's transient is released before the KV cache is
+            # allocated, its pinned segments (V2, 0.27 - 0.30) are not and sit beside the pool
+            kv_budget = kv_warm - cold_pinned
+            kv_cold = kv_warm = kv_budget
+        elif cold_margin:
+            cold = cold_extra
+            kv_budget = kv_cold
     blocks = max(0, kv_budget) // setup.layout.bytes_per_block
     return dict(gpu=gpu, cuda=cuda, total=total, nccl=nccl, act=act, a_terms=a_terms,
                 a_explain=a_explain, graph=graph, g_terms=g_terms, g_explain=g_explain,
                 inside_nt=inside_nt, charged=charged, kv_budget=kv_budget, blocks=blocks,
-                cold=cold, ext=ext)
+                cold=cold, ext=ext, runner_buffers=runner_buffers, cold_transient=cold_transient,
+                cold_pinned=cold_pinned, kv_warm=kv_warm, kv_cold=kv_cold)
+
+
+# _kv_row's cold_margin for a pool pinned in bytes: sized beside what a cold start leaves pinned
+PINNED_BESIDE_COLD = 'pinned_beside_cold'
 
 
 def _kv_rows(ctx, setup, ms, cold_margin):
@@ -885,7 +1032,7 @@ def _max_num_seqs(ctx, setup, max_model_len):
     """(max_num_seqs, usable blocks, rows, reason): the user's, else the declared concurrency,
     lowered to what the KV pool holds."""
     traffic, layout = ctx.traffic, setup.layout
-    cold = setup.cold_applies and not setup.pin_wanted
+    cold = (setup.cold_applies and not setup.pin_wanted) or (PINNED_BESIDE_COLD if setup.pin_wanted else False)
     seq_tokens = min(traffic.tokens_per_sequence, max_model_len)
     seq_blocks = layout.blocks_per_request(seq_tokens)
     if setup.user_ms is not None:
@@ -948,7 +1095,8 @@ def _gpu_outcome(ctx, setup, row, pinned_bytes):
                                                         setup.tp, gpu, row['graph'])
     margin = safety_margin_bytes(row['cuda'].nvml_total)
     if pinned_bytes:
-        budget = row['charged'] + pinned_bytes
+        # the cold start's pinned allocator segments (V2, 0.27 - 0.30) stay beside the pinned pool
+        budget = row['charged'] + row['cold_pinned'] + pinned_bytes
         kv_alloc = kv_budget = pinned_bytes
     else:
         budget = util_bytes(total, util)
@@ -963,12 +1111,20 @@ def _gpu_outcome(ctx, setup, row, pinned_bytes):
         'nccl_buffers': row['nccl'], 'cuda_context': CUDA_CONTEXT_BYTES,
         'profiler_underestimate_buffer': PROFILER_UNDERESTIMATE_BYTES, 'safety_margin': margin,
         'kv_budget': kv_budget, 'cold_compile_margin': row['cold'],
+        # the two named start cases (0 where the charged terms leave nothing): the pool a warm
+        # start (compile cache present) and a cold one (no compile cache) gets; pinned: the pool
+        'kv_budget_warm': pinned_bytes or max(0, row['kv_warm']),
+        'kv_budget_cold': pinned_bytes or max(0, row['kv_cold']),
         'kv_bytes_per_token': layout.bytes_per_token,
         'kv_bytes_per_block': layout.bytes_per_block, 'outside_resident': outside_resident,
         'outside_required': required,
         'nvml_total': row['cuda'].nvml_total, 'driver_reserved': row['cuda'].gap,
     })
     terms.update(('outside_' + name, size) for name, size in outside.items())
+    if ctx.v2:
+        terms['v2_runner_buffers'] = row['runner_buffers']
+        terms['cold_compile_transient'] = row['cold_transient']
+        terms['cold_compile_pinned_segments'] = row['cold_pinned']
     if row['ext']:
         terms['extensible_margin'] = row['ext']['margin']
         terms['extensible_transient_peak'] = row['ext']['transient']
@@ -1134,7 +1290,7 @@ def checked_knobs(knobs, spec, version):
                             ('kv_cache_memory_bytes', 1, 1 << 50)):
         if name in knobs:
             knobs[name] = int_knob(knobs, name, low, high)
-    for name in ('enforce_eager', 'pin_kv_cache_memory', 'cudagraph_memory_estimate'):
+    for name in ('enforce_eager', 'pin_kv_cache_memory', 'cudagraph_memory_estimate', 'allow_fp8_kv'):
         _bool_knob(knobs, name)
     if 'block_size' in knobs:
         knobs['block_size'] = int_knob(knobs, 'block_size', 1, 4096)
@@ -1157,6 +1313,8 @@ def checked_knobs(knobs, spec, version):
         prof.kv_cache_dtype_bytes(knobs['kv_cache_dtype'], version, spec.dtype_bytes)
     if 'vllm_sampler' in knobs:
         knobs['vllm_sampler'] = prof.check_sampler(knobs['vllm_sampler'], version)
+    if 'vllm_image' in knobs:
+        knobs['vllm_image'] = prof.check_image(knobs['vllm_image'])
     return knobs
 
 
@@ -1213,26 +1371,50 @@ def _short_of_traffic(ev, traffic, knobs, max_model_len):
         'max_num_seqs' not in knobs and ev.max_num_seqs < traffic.max_concurrency)
 
 
+def _fp8_wanted(ctx):
+    """Whether the plan may switch the KV cache to fp8 by itself: only with the operator's consent
+    (knob allow_fp8_kv), never over an explicit kv_cache_dtype, and only where the version takes fp8."""
+    return (ctx.knobs.get('kv_cache_dtype') is None and ctx.knobs.get('allow_fp8_kv') is True
+            and 'fp8' in prof.kv_cache_dtype_choices(ctx.version))
+
+
 def _choose(ctx, candidates, max_model_len):
-    """(evaluation, switched_to_fp8): the first TP candidate whose plan is feasible (else the
-    last), with the KV dtype switched to fp8 only when the model dtype is short of the traffic."""
+    """(evaluation, switched_to_fp8, fp8 alternative or None): the first TP candidate whose plan
+    is feasible (else the last). The KV dtype is switched to fp8 only with allow_fp8_kv and only
+    when the model dtype is short of the traffic; without consent the fp8 evaluation of the chosen
+    TP is kept aside, so the plan can say what fp8 would buy."""
     user_dtype = ctx.knobs.get('kv_cache_dtype')
     fp8_ok = 'fp8' in prof.kv_cache_dtype_choices(ctx.version)
     ev = switched = None
     for tp in candidates:
         ev = _evaluate(ctx, tp, user_dtype or 'auto', max_model_len)
         switched = False
-        if (user_dtype is None and fp8_ok and ev.charges_fit and not ev.not_fitting
+        if (_fp8_wanted(ctx) and ev.charges_fit and not ev.not_fitting
                 and _short_of_traffic(ev, ctx.traffic, ctx.knobs, max_model_len)):
             ev8 = _evaluate(ctx, tp, 'fp8', max_model_len)
             if ev8.charges_fit and not ev8.not_fitting:
                 ev, switched = ev8, True
         if _feasible(ev, max_model_len):
             break
-    return ev, switched
+    alternative = None
+    if (not switched and user_dtype is None and fp8_ok and ev.charges_fit and not ev.not_fitting
+            and _short_of_traffic(ev, ctx.traffic, ctx.knobs, max_model_len)):
+        ev8 = _evaluate(ctx, ev.tp, 'fp8', max_model_len)
+        if _feasible(ev8, max_model_len) and ev8.num_blocks * ev8.block_size > ev.num_blocks * ev.block_size:
+            alternative = ev8
+    return ev, switched, alternative
 
 
-def _choice_reasons(ctx, ev, switched, auto_tp, max_model_len):
+def fp8_gain_text(ev, ev8, max_model_len):
+    """What fp8 KV would buy over ``ev`` (model dtype) at the same TP, in tokens and sequences."""
+    tokens, concurrency, _rule = kv_capacity(ev, max_model_len)
+    tokens8, concurrency8, _rule = kv_capacity(ev8, max_model_len)
+    return ('fp8 KV (1 B per element) would hold %d KV tokens and max_num_seqs %d (%.2f sequences of '
+            'max_model_len %d) where the model dtype holds %d KV tokens and max_num_seqs %d (%.2f) at TP %d' % (
+                tokens8, ev8.max_num_seqs, concurrency8, max_model_len, tokens, ev.max_num_seqs, concurrency, ev.tp))
+
+
+def _choice_reasons(ctx, ev, switched, auto_tp, max_model_len, alternative=None):
     """(reasons, warnings) for tensor_parallel_size and kv_cache_dtype."""
     spec, traffic, version = ctx.spec, ctx.traffic, ctx.version
     reasons, warnings = {}, []
@@ -1252,7 +1434,8 @@ def _choice_reasons(ctx, ev, switched, auto_tp, max_model_len):
     elif switched:
         reasons['kv_cache_dtype'] = ('fp8: with the model dtype the KV pool holds too little for one '
                                      '%d-token sequence or the declared concurrency %d (vLLM %s '
-                                     'accepts fp8)' % (max_model_len, traffic.max_concurrency, version))
+                                     'accepts fp8; allow_fp8_kv set by the user)' % (
+                                         max_model_len, traffic.max_concurrency, version))
         warnings.append('kv_cache_dtype switched to fp8 to fit the declared traffic: it halves the KV '
                         'cache but long-context retrieval quality must be evaluated first')
     else:
@@ -1260,6 +1443,19 @@ def _choice_reasons(ctx, ev, switched, auto_tp, max_model_len):
             why = 'the pool holds the declared traffic'
         elif 'fp8' not in prof.kv_cache_dtype_choices(version):
             why = 'vLLM %s does not accept fp8' % version
+        elif alternative is not None and not ctx.knobs.get('allow_fp8_kv'):
+            why = ('the pool is short of the declared traffic, but fp8 needs the operator\'s consent '
+                   '(allow_fp8_kv: true; it changes the model\'s numerics, and long-context retrieval '
+                   'degrades first), so %s; %s' % (
+                       'max_num_seqs is capped to what the pool holds' if _fits_one_sequence(ev, max_model_len)
+                       else 'the plan is refused', fp8_gain_text(ev, alternative, max_model_len)))
+            if _fits_one_sequence(ev, max_model_len) and 'max_num_seqs' not in ctx.knobs:
+                warnings.append('kv_cache_dtype kept at the model dtype (no allow_fp8_kv): max_num_seqs is '
+                                '%d for the declared concurrency %d; with allow_fp8_kv: true the plan would '
+                                'switch to fp8 KV and hold max_num_seqs %d (%d KV tokens instead of %d) - '
+                                'evaluate long-context retrieval quality first' % (
+                                    ev.max_num_seqs, traffic.max_concurrency, alternative.max_num_seqs,
+                                    kv_capacity(alternative, max_model_len)[0], kv_capacity(ev, max_model_len)[0]))
         else:
             why = 'fp8 does not make this plan feasible (see not_fitting)'
         reasons['kv_cache_dtype'] = 'auto (the model dtype, %d B): %s' % (spec.dtype_bytes, why)
@@ -1271,6 +1467,12 @@ def _engine_args(ctx, ev, max_model_len):
     version, knobs = ctx.version, ctx.knobs
     reasons = {}
     rules = list(ctx.acct.rules)
+    if version.at_least(prof.V2_RUNNER_DENSE_SINCE):
+        rules.append('model runner: %s' % ctx.runner_reason)
+        if ctx.v2 and not prof.v2_charges_graphs(version):
+            rules.append('vLLM %s Model Runner V2 charges no CUDA-graph estimate before KV sizing '
+                         '(profile_cudagraph_memory returns 0 in 0.25 - 0.28): graphs are captured after '
+                         'the KV cache, outside the budget' % version)
     args = [prof.render_flag('tensor_parallel_size', ev.tp),
             prof.render_flag('max_model_len', max_model_len)]
     settings = {'tensor_parallel_size': ev.tp, 'max_model_len': max_model_len,
@@ -1342,8 +1544,18 @@ def sampler_reason(ctx, ev):
     """Which top-k/top-p path the plan charged for the profile run's sampler warm-up, and why."""
     version, sampler = ctx.version, ctx.knobs.get('vllm_sampler')
     rows = min(ev.max_num_seqs, ev.max_num_batched_tokens)
-    path = prof.sampler_path(version, rows, sampler)
+    path = prof.sampler_path(version, rows, ctx.sampler)
     charged = ev.memory[0].terms.get('activation_sampler_warmup', 0)
+    if ctx.v2:
+        return ('vLLM %s runs Model Runner V2, whose profile-run sampler %s; charged %s%s' % (
+            version, 'is greedy (no top-k/top-p)' if not version.at_least(prof.V2_WARMUP_PARAMS_SINCE)
+            else 'runs a warm-up pass with top-k / top-p (no sort)', fmt_bytes(charged),
+            '' if sampler is None else ', whatever vllm_sampler says (%s)' % sampler))
+    if sampler is None and path == 'flashinfer':
+        return ('not set; the image carries FlashInfer (%s) and vLLM %s takes it by itself when installed '
+                '(0.9.1 - 0.11.x): charged its warm-up, %s (fp32 masked logits + probs, no sort). Set '
+                'vllm_sampler: pytorch if the engine log prints "Falling back to the PyTorch-native '
+                'implementation"' % (ctx.image_evidence, version, fmt_bytes(charged)))
     if path == 'no_sort':
         return ('vLLM %s: the warm-up sorts on neither path (%d rows >= %d: Triton or FlashInfer top-k/top-p); '
                 'charged %s%s' % (version, rows, prof.SAMPLER_TRITON_MIN_BATCH, fmt_bytes(charged),
@@ -1361,10 +1573,20 @@ def sampler_reason(ctx, ev):
             else 'vLLM %s runs' % version,
             '' if not version.at_least(prof.FLASHINFER_SAMPLER_SINCE) else ' (full-vocab logits.sort)',
             fmt_bytes(charged)))
+    if ctx.knobs.get('vllm_image'):
+        return ('not set: charged the PyTorch sort path\'s warm-up, %s (full-vocab logits.sort): %s; %s' % (
+            fmt_bytes(charged), ctx.image_evidence,
+            'vLLM %s takes FlashInfer only with %s=1 (opt-in from 0.12): the sort path runs unless '
+            'vllm_sampler: flashinfer sets it' % (version, prof.FLASHINFER_SAMPLER_ENV)
+            if version.at_least(prof.FLASHINFER_SAMPLER_OPT_IN_SINCE) else
+            'so the sort path, the safe side' if ctx.image_sampler is None and prof.image_flashinfer(
+                ctx.knobs['vllm_image'])[0] is None else 'the image runs the sort path'))
     return ('not set: charged the PyTorch sort path\'s warm-up, %s (full-vocab logits.sort), the larger '
             'of the two; the plan cannot see whether the image ships FlashInfer (%s), so the safe side is '
-            'the path that needs more. Set vllm_sampler: flashinfer when the engine log prints "Using '
-            'FlashInfer for top-p & top-k sampling." (more KV), pytorch to pin the sort path' % (
+            'the path that needs more. Set vllm_image (the engine\'s image: vllm/vllm-openai and amd64 '
+            'gpustack/runner vLLM images carry FlashInfer), or vllm_sampler: flashinfer when the engine '
+            'log prints "Using FlashInfer for top-p & top-k sampling." (more KV), pytorch to pin the sort '
+            'path' % (
                 fmt_bytes(charged), 'taken by default when installed in 0.9.1 - 0.11.x' if version.in_range(
                     prof.FLASHINFER_SAMPLER_SINCE, prof.FLASHINFER_SAMPLER_OPT_IN_SINCE)
                 else 'opt-in with %s=1 from 0.12' % prof.FLASHINFER_SAMPLER_ENV))
@@ -1405,14 +1627,52 @@ def kv_pin_reason(ctx, ev):
         why = 'the charged terms leave no KV pool to pin'
     cold = mem.terms.get('cold_compile_margin', 0)
     if cold:
-        then = ('- a cold-compile margin %s (5 %% of the warm KV budget, vllm#54383), so the plan '
+        then = ('- a cold-compile margin %s (%s), so the plan '
                 'describes a cold start (first boot of this shape, or a recycled instance without a '
-                'persistent compile cache) and a warm one gets more' % fmt_bytes(cold))
+                'persistent compile cache) and a warm one gets more' % (fmt_bytes(cold), (
+                    'Model Runner V2: cold-compile transient + pinned segments, see reasons.cold_start'
+                    if ctx.v2 else '5 % of the warm KV budget, vllm#54383')))
     else:
         then = ('and no cold-compile margin: vLLM %s runs the V0 engine, which compiles nothing with '
                 'torch.compile by default' % version) if ctx.acct.engine == 'v0' else '(nothing left)'
     return ('not passed: %s. Instead --gpu-memory-utilization=%g is pinned explicitly and the KV '
             'budget = ceil(total x util) %s - %s %s' % (why, ev.util, fmt_bytes(requested), charged, then))
+
+
+def cold_start_reason(ctx, ev):
+    """The two named start cases of this plan: a cold start (no compile cache: the first start of
+    this shape, or any start after the compile cache is wiped) and a warm one, per GPU."""
+    version = ctx.version
+    if ctx.acct.engine == 'v0':
+        return ('vLLM %s runs the V0 engine, which compiles nothing with torch.compile by default: a cold '
+                'and a warm start get the same KV pool' % version)
+    mem = ev.memory[0]
+    t = mem.terms
+    warm, cold = t['kv_budget_warm'], t['kv_budget_cold']
+    how = ('Model Runner V2 (%s): a cold torch.compile raises the profiled transient peak by %s and, in '
+           '0.27 - 0.30, leaves %s of allocator segments pinned (%s; %s)' % (
+               ctx.runner_reason, fmt_bytes(t.get('cold_compile_transient', 0)),
+               fmt_bytes(t.get('cold_compile_pinned_segments', 0)), COLD_COMPILE_TRANSIENT.describe(),
+               COLD_COMPILE_PINNED.describe())) if ctx.v2 else (
+        'V1 runner: a cold compile is charged as %s' % COLD_COMPILE_MARGIN.describe())
+    persisted = ('the gpustack_worker role keeps the compile cache on the node '
+                 '(gpustack_worker_compile_cache_dir), so warm starts are the common case')
+    if ev.kv_cache_memory_bytes:
+        pinned = t.get('cold_compile_pinned_segments', 0)
+        if not ctx.v2:
+            how = ('V1 runner: vLLM does not size a pinned pool from its profile run, so the cold '
+                   'compile\'s transient does not shrink it')
+        return ('KV pool pinned (%s per GPU): a cold start and a warm start get the same pool; %s. Planned '
+                'for the cold start: %s of pinned segments beside the pool are inside the budget, headroom '
+                '%s. A compile-cache wipe costs startup time, not KV; %s' % (
+                    fmt_bytes(ev.kv_cache_memory_bytes), how,
+                    fmt_bytes(pinned) if pinned else 'no segments (nothing stays pinned)',
+                    fmt_bytes(mem.headroom), persisted))
+    return ('not pinned: cold start (no compile cache) KV budget %s per GPU, warm start %s; %s. max_num_seqs '
+            'and the headroom are sized for the cold start; a compile-cache wipe costs %s of KV per GPU '
+            '(%d tokens) until the next warm start; %s' % (
+                fmt_bytes(cold), fmt_bytes(warm), how, fmt_bytes(max(0, warm - cold)),
+                max(0, warm - cold) // max(1, t['kv_bytes_per_token']), persisted))
 
 
 def kv_capacity(ev, max_model_len):
@@ -1426,7 +1686,7 @@ def kv_capacity(ev, max_model_len):
     return ev.num_blocks * ev.block_size, concurrency, None
 
 
-def _diagnose(ctx, ev, max_model_len, beyond_model):
+def _diagnose(ctx, ev, max_model_len, beyond_model, alternative=None):
     """(not_fitting, suggestions, warnings): what does not add up, what would, what to watch."""
     spec, traffic, knobs, gpus = ctx.spec, ctx.traffic, ctx.knobs, ctx.gpus
     not_fitting = list(ev.not_fitting)
@@ -1457,7 +1717,11 @@ def _diagnose(ctx, ev, max_model_len, beyond_model):
         else:
             suggestions.append('a shorter max_model_len')
         if ev.kv_dtype == 'auto' and 'fp8' in prof.kv_cache_dtype_choices(ctx.version):
-            suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
+            if alternative is not None:
+                suggestions.append('allow_fp8_kv: true or kv_cache_dtype=fp8 (halves KV per token; evaluate '
+                                   'long-context quality): %s' % fp8_gain_text(ev, alternative, max_model_len))
+            else:
+                suggestions.append('kv_cache_dtype=fp8 (halves KV per token; evaluate long-context quality)')
     if short_of_kv or not ev.charges_fit:
         if bigger:
             suggestions.append('tensor_parallel_size=%d (needs %d GPUs of this kind, %d given)' % (
@@ -1509,18 +1773,19 @@ def plan_vllm(spec, gpus, traffic, knobs, backend_version):
     warnings.extend(prof.version_warnings(version))
     warnings.extend(v0_shared_gpu_warnings(ctx))
     candidates, auto_tp = _tp_candidates(spec, gpus, knobs)
-    ev, switched = _choose(ctx, candidates, max_model_len)
+    ev, switched, alternative = _choose(ctx, candidates, max_model_len)
     reasons = {'max_model_len': len_reason}
     reasons.update(ev.reasons)
-    choice_reasons, choice_warnings = _choice_reasons(ctx, ev, switched, auto_tp, max_model_len)
+    choice_reasons, choice_warnings = _choice_reasons(ctx, ev, switched, auto_tp, max_model_len, alternative)
     reasons.update(choice_reasons)
     warnings.extend(choice_warnings)
     args, settings, arg_reasons, rules = _engine_args(ctx, ev, max_model_len)
     reasons.update(arg_reasons)
+    reasons['cold_start'] = cold_start_reason(ctx, ev)
     kv_tokens, concurrency, capacity_rule = kv_capacity(ev, max_model_len)
     if capacity_rule:
         rules.append(capacity_rule)
-    feasible, not_fitting, suggestions, diag_warnings = _diagnose(ctx, ev, max_model_len, beyond_model)
+    feasible, not_fitting, suggestions, diag_warnings = _diagnose(ctx, ev, max_model_len, beyond_model, alternative)
     warnings.extend(diag_warnings)
     return Plan(
         backend='vllm', backend_version=version.text, args=args, memory=ev.memory,

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.attention_kinds import kind_of, vllm_forced_block_size
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import (
-    GpuMemory, KvPool, Plan, PlanInputError, check_gpu_totals)
+    GpuMemory, KvPool, Plan, PlanInputError, check_gpu_totals, type_name)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import term_kinds as tk
@@ -120,7 +120,7 @@ def parse_partition(value, num_layers, pp):
             items.append(item)
     else:
         raise PlanInputError(field, 'must be a list of layer counts (one per stage) or "a,b,...", '
-                                    'got %r (%s)' % (value, type(value).__name__))
+                                    'got %r (%s)' % (value, type_name(value)))
     if len(items) != pp:
         raise PlanInputError(field, '%d entries %s for pipeline_parallel_size %d: one per stage'
                              % (len(items), items, pp))
@@ -808,7 +808,9 @@ def _reasons(setup, chosen):
             'min(declared concurrency %d, engine KV pool %d blocks // %d blocks per %d-token sequence) '
             '= %d' % (traffic.max_concurrency, usable, seq_blocks, seq_tokens, ms)),
         'kv_cache_dtype': ('set by the user (%s)' % setup.kv_dtype) if knobs.get('kv_cache_dtype')
-        else 'auto (the model dtype)',
+        else 'auto (the model dtype)%s' % (
+            ': a pipeline plan never switches the KV dtype by itself, allow_fp8_kv or not (set '
+            'kv_cache_dtype: fp8 to plan fp8)' if knobs.get('allow_fp8_kv') else ''),
         'enable_chunked_prefill': 'on: prefill is split into max_num_batched_tokens chunks',
     })
     return reasons

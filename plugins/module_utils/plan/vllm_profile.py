@@ -156,6 +156,9 @@ FLAGS = {rule.option: rule for rule in (
     FlagRule('max_cudagraph_capture_size', '--max-cudagraph-capture-size', (0, 12, 0), None),
     FlagRule('kv_offloading_size', '--kv-offloading-size', (0, 12, 0), None),
     FlagRule('performance_mode', '--performance-mode', (0, 17, 0), None),
+    FlagRule('custom_histogram_buckets', '--custom-histogram-buckets', (0, 32, 0), None,
+             'JSON {family: [bounds]}; family request_tokens sets the prompt / generation length '
+             'histograms (ObservabilityConfig.custom_histogram_buckets)'),
     FlagRule('enable_extensible_kv_cache', '--enable-extensible-kv-cache', (0, 34, 0), None,
              'KV sized after warm-up and graph capture from what is free; on by default on CUDA '
              'unless --kv-cache-memory-bytes is set; an error where the driver lacks VMM'),
@@ -447,7 +450,7 @@ def accounting(version):
     if cublas_baseline:
         rules.append('vLLM %s: cuBLAS handles pre-created before the snapshot -> outside the budget' % v)
     rules.append('vLLM %s: the block pool holds one null block back from the KV cache' % v)
-    if v.at_least((0, 28, 0)):
+    if v.at_least(TOTAL_CONSUMED_SINCE):
         rules.append('vLLM %s: budget = total x util - (consumed since baseline + transient peak) '
                      '- CUDA graph estimate (mem_get_info accounting, 0.27.0+)' % v)
     device_wide = not v.at_least(DEVICE_WIDE_NON_TORCH_UNTIL)
@@ -467,6 +470,112 @@ def accounting(version):
         holds_null_block=True, profiler_buffer_in_suggestion=v.at_least((0, 10, 2)),
         capture_size_rule='max_num_seqs_x2' if v.at_least((0, 12, 0)) else 'fixed_512',
         rules=tuple(rules), extensible_kv_default=extensible, device_wide_non_torch=device_wide)
+
+
+# ---------------------------------------------------------------- Model Runner V2 (0.25 - 0.34)
+# Which GPU model runner a release runs for a model, and what that runner charges before KV
+# sizing (docs/vllm-versions.md, "Model Runner V2"; read in the released wheels):
+#   V1 vllm/v1/worker/gpu_model_runner.py: every model up to 0.24.x (0.24.0 vllm/config/vllm.py
+#      :550-561 lists only some architectures, no dense default); the V1 terms of vllm_memory.
+#   V2 vllm/v1/worker/gpu/model_runner.py: from 0.25 every dense (non-MoE, non-hybrid) model
+#      (0.25.1 vllm/config/vllm.py:557-574 `... or not model_config.is_moe`; 0.27.1 :637-658
+#      `_is_default_v2_model_runner_model`: `is_default_v2_architecture or not
+#      model_config.is_moe`, hybrid and attention-free models stay V1), from 0.29 every model
+#      (0.29.0 vllm/config/vllm.py:645-677). VLLM_USE_V2_MODEL_RUNNER=1/0 in the engine
+#      environment forces it either way (0.27.1 vllm/config/vllm.py:579-581 reads it first;
+#      vllm/envs.py:1954-1955).
+# V2 before KV sizing, per release:
+#   0.25 - 0.28: no CUDA-graph estimate (profile_cudagraph_memory returns 0: 0.25.1
+#      gpu/model_runner.py:680-682, 0.27.1 :749-751, 0.28.0 :843-845); graphs are captured after
+#      the KV cache, outside the budget, as in 0.17 and earlier.
+#   0.29+: a throwaway capture estimate, charged (0.29.0 gpu/cudagraph_utils.py:718).
+#   0.25 - 0.32: the profile run's sampler warm-up is greedy (dummy requests temperature 0,
+#      top_k = vocab, top_p = 1: 0.27.1 gpu/sample/states.py:22-35), so no fp32 copy, no
+#      top-k/top-p: one [R, vocab] logits tensor in the model dtype. 0.33 adds a warm-up pass with
+#      top-k 50, top-p 0.9, min-p, penalties and logprobs (0.33.0 gpu/model_runner.py:993-1014).
+#   0.27+: the budget formula counts total_consumed (the drop in free memory: the runner's
+#      persistent buffers and allocator segments empty_cache() cannot release) + the transient
+#      peak (0.27.1 vllm/utils/mem_utils.py:314-326, PR #37111); 0.25 - 0.26 keep weights + torch
+#      peak increase + non-torch increase.
+#   0.31+: an allocator split limit around the profile run (0.31.0 gpu_worker.py:624, 0.33.0
+#      :686-700) keeps a freed multi-GiB block from being pinned by a later small allocation.
+V2_RUNNER_ENV = 'VLLM_USE_V2_MODEL_RUNNER'
+V2_RUNNER_DENSE_SINCE = (0, 25, 0)
+V2_RUNNER_ALL_SINCE = (0, 29, 0)
+V2_GRAPH_ESTIMATE_SINCE = (0, 29, 0)
+TOTAL_CONSUMED_SINCE = (0, 27, 0)
+PROFILE_SPLIT_LIMIT_SINCE = (0, 31, 0)
+V2_WARMUP_PARAMS_SINCE = (0, 33, 0)
+RUNNER_V1 = 'v1'
+RUNNER_V2 = 'v2'
+# Architectures that default to V2 in 0.25 - 0.28 even when MoE (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES:
+# 0.25.1 vllm/config/vllm.py:68-74; 0.27.1 :69-79 adds the others; 0.26 is bracketed with 0.25).
+V2_DEFAULT_ARCHITECTURES = (
+    ((0, 27, 0), frozenset({'DeepseekV2ForCausalLM', 'GraniteMoeForCausalLM', 'InklingForCausalLM',
+                            'InklingForConditionalGeneration', 'KimiK3ForConditionalGeneration',
+                            'LongcatFlashNgramForCausalLM', 'Qwen2MoeForCausalLM'})),
+    ((0, 25, 0), frozenset({'DeepseekV2ForCausalLM', 'Qwen2MoeForCausalLM', 'GraniteMoeForCausalLM'})),
+)
+
+
+def _env_flag(value):
+    """VLLM_USE_V2_MODEL_RUNNER as vLLM reads it (envs.maybe_convert_bool): None unset, else
+    True for "1"/"true", False for "0"/"false"; anything else PlanInputError naming it."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in ('1', 'true'):
+        return True
+    if text in ('0', 'false'):
+        return False
+    raise PlanInputError(V2_RUNNER_ENV, 'must be 1 or 0 (true / false), got %r' % (value,))
+
+
+def _v2_default_architecture(version, architecture):
+    for since, names in V2_DEFAULT_ARCHITECTURES:
+        if version.at_least(since):
+            return architecture in names
+    return False
+
+
+def model_runner(version, is_moe, is_hybrid, env=None, architecture=None):
+    """(RUNNER_V1 | RUNNER_V2, reason): the GPU model runner vLLM ``version`` runs for a model;
+    ``env`` is the engine environment the plan sets (VLLM_USE_V2_MODEL_RUNNER honoured);
+    ``architecture`` the HF architecture (a few MoE ones default to V2 from 0.25)."""
+    forced = _env_flag((env or {}).get(V2_RUNNER_ENV))
+    if not version.at_least(V1_ENGINE_SINCE):
+        return RUNNER_V1, 'vLLM %s runs the V0 engine' % version
+    if forced is not None and version.at_least(V2_RUNNER_DENSE_SINCE):
+        return (RUNNER_V2 if forced else RUNNER_V1), ('%s=%d in the engine environment' % (
+            V2_RUNNER_ENV, 1 if forced else 0))
+    if version.at_least(V2_RUNNER_ALL_SINCE):
+        return RUNNER_V2, 'vLLM %s runs Model Runner V2 for every model (from 0.29.0)' % version
+    if version.at_least(V2_RUNNER_DENSE_SINCE):
+        listed = _v2_default_architecture(version, architecture)
+        # 0.25 - 0.26: hybrid models stay V1 even when listed; 0.27 - 0.28: listed ones run V2
+        if listed and not (is_hybrid and not version.at_least(TOTAL_CONSUMED_SINCE)):
+            return RUNNER_V2, ('vLLM %s runs Model Runner V2 for %s (a default-V2 architecture)' % (
+                version, architecture))
+        if is_moe or is_hybrid:
+            return RUNNER_V1, ('vLLM %s runs Model Runner V2 only for dense models (0.25 - 0.28); this '
+                               'one is %s: V1 runner' % (version, 'MoE' if is_moe else 'hybrid'))
+        return RUNNER_V2, 'vLLM %s runs Model Runner V2 for dense (non-MoE) models (0.25 - 0.28)' % version
+    return RUNNER_V1, 'vLLM %s runs the V1 model runner (V2 is the default from 0.25 for dense models)' % version
+
+
+def v2_charges_graphs(version):
+    """Whether Model Runner V2 of ``version`` charges a CUDA-graph estimate before KV sizing."""
+    return version.at_least(V2_GRAPH_ESTIMATE_SINCE)
+
+
+def counts_total_consumed(version):
+    """0.27+: non-KV = total_consumed + transient peak (persistent buffers and pinned segments count)."""
+    return version.at_least(TOTAL_CONSUMED_SINCE)
+
+
+def profile_split_limit(version):
+    """0.31+: the allocator split limit around the profile run (no pinned compile segments)."""
+    return version.at_least(PROFILE_SPLIT_LIMIT_SINCE)
 
 
 # MXFP4 MoE (gpt-oss): vLLM lays the expert matrices out with their 2880-wide dimension
@@ -647,6 +756,76 @@ SAMPLER_CHOICES = (SAMPLER_PYTORCH, SAMPLER_FLASHINFER)
 FLASHINFER_SAMPLER_ENV = 'VLLM_USE_FLASHINFER_SAMPLER'
 FLASHINFER_SAMPLER_SINCE = (0, 9, 1)
 FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 12, 0)
+
+
+# The serving_plan knob vllm_image: the container image the deployment's vLLM engine runs. It
+# decides the default of vllm_sampler where vLLM takes FlashInfer by itself when it is installed
+# (0.9.1 - 0.11.x), from what the image's build files are known to install:
+#   vllm/vllm-openai (every tag from v0.5.1): docker/Dockerfile installs FlashInfer (vllm PR #6172,
+#     https://github.com/vllm-project/vllm/pull/6172, "The docker image for vllm/vllm-openai:latest and
+#     v0.5.1 has been built"; docker/versions.json FLASHINFER_VERSION), and the 0.9-era image logs
+#     "Using FlashInfer for top-p & top-k sampling." (https://github.com/flashinfer-ai/flashinfer/issues/1180);
+#   gpustack/runner CUDA vLLM images: pack/cuda/Dockerfile builds a FlashInfer wheel in its
+#     vllm-build-flashinfer stage and installs it in the vllm stage, on amd64 only ("Skipping
+#     FlashInfer building for ${TARGETARCH}"; https://github.com/gpustack/runner, pack/cuda/Dockerfile):
+#     counted only for a tag that names amd64, since the plan cannot see the node's architecture;
+#   gpustack/gpustack (the 0.7-era image that runs vLLM in the server's environment): no FlashInfer
+#     ("FlashInfer still unavailable", https://github.com/gpustack/gpustack/issues/1955).
+# Anything else is unknown and keeps the safe side (the sort path).
+IMAGE_KNOB = 'vllm_image'
+IMAGE_MAX_LENGTH = 512
+_IMAGE_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$')
+IMAGE_FLASHINFER = 'flashinfer'
+IMAGE_NO_FLASHINFER = 'no_flashinfer'
+
+
+def check_image(value):
+    """The vllm_image knob, checked: None or an image reference ([registry/]repo[:tag][@digest]);
+    else PlanInputError('vllm_image', ...)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > IMAGE_MAX_LENGTH \
+            or not _IMAGE_RE.match(value.strip()):
+        raise PlanInputError(IMAGE_KNOB, 'must be a container image reference such as '
+                             '"vllm/vllm-openai:v0.11.0" (at most %d characters), got %r' % (
+                                 IMAGE_MAX_LENGTH, value if not isinstance(value, str) else value[:80]))
+    return value.strip()
+
+
+def image_flashinfer(image):
+    """(IMAGE_FLASHINFER | IMAGE_NO_FLASHINFER | None, evidence): whether the image is known to
+    carry FlashInfer, and from which build file or report."""
+    if not image:
+        return None, 'no vllm_image given'
+    ref = image.split('@', 1)[0]
+    repo, _sep, tag = ref.rpartition(':') if ':' in ref.rsplit('/', 1)[-1] else (ref, '', '')
+    repo = repo.lower()
+    for prefix in ('docker.io/', 'index.docker.io/', 'registry-1.docker.io/'):
+        if repo.startswith(prefix):
+            repo = repo[len(prefix):]
+    if repo == 'vllm/vllm-openai':
+        return IMAGE_FLASHINFER, ('%s: vllm/vllm-openai images install FlashInfer (docker/Dockerfile, vllm PR '
+                                  '#6172, from v0.5.1)' % image)
+    if repo == 'gpustack/runner' and 'vllm' in tag.lower():
+        if 'amd64' in tag.lower():
+            return IMAGE_FLASHINFER, ('%s: gpustack/runner builds FlashInfer into its CUDA vLLM images on amd64 '
+                                      '(pack/cuda/Dockerfile, vllm-build-flashinfer stage)' % image)
+        return None, ('%s: gpustack/runner installs FlashInfer on amd64 only and the tag does not name the '
+                      'architecture' % image)
+    if repo == 'gpustack/gpustack':
+        return IMAGE_NO_FLASHINFER, ('%s: the GPUStack server image does not install FlashInfer '
+                                     '(gpustack/gpustack#1955)' % image)
+    return None, '%s: no build file of this image was read' % image
+
+
+def default_sampler(version, image):
+    """(sampler or None, evidence): the vllm_sampler an unset knob stands for. FlashInfer only where
+    the image is known to carry it and vLLM takes it by itself (0.9.1 - 0.11.x); else None (the
+    sort path where the version sorts: the safe side)."""
+    carries, evidence = image_flashinfer(image)
+    if carries == IMAGE_FLASHINFER and version.in_range(FLASHINFER_SAMPLER_SINCE, FLASHINFER_SAMPLER_OPT_IN_SINCE):
+        return SAMPLER_FLASHINFER, evidence
+    return None, evidence
 
 
 def check_sampler(value, version):

@@ -60,10 +60,11 @@ def a6000x4_gpus():
 
 
 GPUS = a6000x4_gpus()
-# The field report's deployment: Llama-3.3-70B, vLLM 0.10.1.1, TP=4 on four A6000.
+# The field report's deployment: Llama-3.3-70B, vLLM 0.10.1.1, TP=4 on four A6000; its team
+# consented to fp8 KV (allow_fp8_kv) after their eval.
 REPORT = dict(backend='vllm', backend_version='0.10.1.1', model='meta-llama/Llama-3.3-70B-Instruct',
               gpus=GPUS, prompt_tokens_p99=11000, max_output_tokens=1024, max_concurrency=32,
-              tensor_parallel_size=4)
+              tensor_parallel_size=4, allow_fp8_kv=True)
 SMALL_TRAFFIC = dict(prompt_tokens_p99=128, max_output_tokens=64, max_concurrency=1)
 # The field report's open dilemma: daytime chat and a nightly 30k-token batch on one endpoint.
 CLASSES = [dict(name='chat', prompt_tokens_p99=2048, max_output_tokens=512, max_concurrency=64, hours='07:00-23:00'),
@@ -86,7 +87,7 @@ CASES = {
     'unsupported_option': (dict(REPORT, max_concurency=32), {}),
     'infeasible': (dict(REPORT, gpu_memory_utilization=0.92), {}),
     'gguf_missing': (dict(REPORT, model='/nonexistent/kvpin-model-Q4_K_M.gguf', backend='llama-box',
-                          backend_version='v0.0.171', tensor_parallel_size=None), {}),
+                          backend_version='v0.0.171', tensor_parallel_size=None, allow_fp8_kv=None), {}),
     'model_dir': (dict(REPORT, model=MODEL_DIR, tensor_parallel_size=1, gpus=GPUS[:1], **SMALL_TRAFFIC), {}),
 }
 

@@ -129,15 +129,19 @@ def _write_safetensors(path, tensors):
 
 
 def test_a_whisper_model_directory_loads_with_its_safetensors_bytes(tmp_path):
-    (tmp_path / 'config.json').write_text(json.dumps(whisper_config(encoder_layers=4, decoder_layers=2)))
+    # a small Whisper (533,760 B of weights by its dimensions): the headers must hold about that
+    (tmp_path / 'config.json').write_text(json.dumps(whisper_config(
+        encoder_layers=4, decoder_layers=2, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=100, max_source_positions=150,
+        max_target_positions=44, num_mel_bins=8)))
     _write_safetensors(str(tmp_path / 'model.safetensors'), {
-        'model.encoder.layers.3.fc1.weight': 1000, 'model.decoder.layers.1.fc1.weight': 600,
-        'model.decoder.embed_tokens.weight': 400, 'proj_out.weight': 400})
+        'model.encoder.layers.3.fc1.weight': 300000, 'model.decoder.layers.1.fc1.weight': 200000,
+        'model.decoder.embed_tokens.weight': 60000, 'proj_out.weight': 60000})
     spec = ml.resolve_model(str(tmp_path))
     assert spec.source == 'model_dir' and spec.layer_kinds == ['full', 'cross'] * 2
     # encoder layer 3 is past the 2 decoder layers and still loaded; proj_out is tied, not loaded
-    assert spec.weight_bytes == 2000 and spec.weight_bytes_exact
-    assert '400 B not counted (lm_head stored although tie_word_embeddings is true)' in spec.weight_bytes_note
+    assert spec.weight_bytes == 560000 and spec.weight_bytes_exact
+    assert '60000 B not counted (lm_head stored although tie_word_embeddings is true)' in spec.weight_bytes_note
 
 
 def test_a_whisper_model_directory_with_a_bad_number_is_refused_naming_it(tmp_path):

@@ -97,7 +97,10 @@ def test_every_vllm_fitted_constant_is_an_object():
         'vllm_memory.CUDA_CONTEXT_BYTES', 'vllm_memory.NON_TORCH_GROWTH_BYTES',
         'vllm_memory.TP_WORKSPACE_BYTES', 'vllm_memory.NCCL_BYTES_PER_CHANNEL_CONNECTION',
         'vllm_memory.SAMPLER_SORT_RESIDUAL_X100', 'vllm_memory.GRAPH_BYTES_PER_LAYER',
-        'vllm_memory.GRAPH_COLLECTIVE_BYTES_PER_CONNECTION', 'vllm_memory.COLD_COMPILE_KV_FRACTION_X1000'])
+        'vllm_memory.GRAPH_COLLECTIVE_BYTES_PER_CONNECTION', 'vllm_memory.COLD_COMPILE_KV_FRACTION_X1000',
+        # Model Runner V2 (issue 37)
+        'vllm_memory.COLD_COMPILE_TRANSIENT_COPIES', 'vllm_memory.COLD_COMPILE_PINNED_COPIES',
+        'vllm_memory.V2_LOAD_RESIDUAL_BYTES'])
 
 
 # ---------------------------------------------------------------- no fitted number as a literal
@@ -167,7 +170,9 @@ def _a6000s(count):
 def test_a_vllm_plan_explains_its_fitted_terms_with_describe():
     spec = resolve_model('meta-llama/Llama-3.3-70B-Instruct')
     traffic = Traffic(prompt_tokens_p99=4096, max_output_tokens=512, max_concurrency=4)
-    plan = vm.plan_vllm(spec, _a6000s(4), traffic, {'tensor_parallel_size': 4}, '0.28.0')
+    # 0.24: the V1 runner (0.25+ runs this dense model on Model Runner V2, which charges no NCCL
+    # collectives in its graphs: test_vllm_runner_v2.py checks its fitted terms' explanations)
+    plan = vm.plan_vllm(spec, _a6000s(4), traffic, {'tensor_parallel_size': 4}, '0.24.0')
     explain = plan.memory[0].explain
     assert vm.CUDA_CONTEXT.describe() in explain['cuda_context']
     assert vm.NON_TORCH_GROWTH.describe() in explain['non_torch']

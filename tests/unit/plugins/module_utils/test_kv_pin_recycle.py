@@ -14,25 +14,16 @@ from __future__ import annotations
 
 import pytest
 
+from model_specs import llama_70b  # pylint: disable=import-error
 from ansible_collections.kvpin.fleet.plugins.module_utils.gpustack import records as rec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_profile as prof
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import LAYER_FULL, ModelSpec
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB, fmt_bytes
 
 A6000_TOTAL = 51527024640
 FLAG = '--kv-cache-memory-bytes='
 TRAFFIC = Traffic(prompt_tokens_p99=11000, max_output_tokens=2000, max_concurrency=32)
-
-
-def llama_70b():
-    return ModelSpec(
-        name='meta-llama/Llama-3.3-70B-Instruct', source='test', architecture='LlamaForCausalLM',
-        num_layers=80, hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
-        num_kv_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
-        tie_word_embeddings=False, dtype_bytes=2, layer_kinds=[LAYER_FULL] * 80,
-        param_count=70553706496, weight_bytes=141107412992)
 
 
 def gpus(used=0):

@@ -23,8 +23,9 @@ def a6000s(count):
 
 def params(classes, **changes):
     base = dict((name, spec.get('default')) for name, spec in SERVING_PLAN_ARGUMENT_SPEC.items())
+    # the field report's team consented to fp8 KV (allow_fp8_kv) after their eval
     base.update(backend='vllm', backend_version='0.10.1.1', model=LLAMA_70B, gpus=a6000s(4),
-                tensor_parallel_size=4, traffic_classes=classes)
+                tensor_parallel_size=4, traffic_classes=classes, allow_fp8_kv=True)
     base.update(changes)
     return base
 
@@ -177,7 +178,7 @@ def test_llama_box_schedules_slots_per_window():
     chat = dict(CHAT, max_concurrency=8, hours='07:00-22:00')
     batch = dict(BATCH, max_concurrency=2, hours='23:00-06:00')
     result = serving_plan_result(params([chat, batch], backend='llama-box', backend_version='v0.0.171',
-                                        tensor_parallel_size=None, quantization='Q4_K_M'))
+                                        tensor_parallel_size=None, allow_fp8_kv=None, quantization='Q4_K_M'))
     assert not result.get('failed'), result.get('msg')
     plan = result['plan']
     assert plan['strategy'] == 'scheduled'

@@ -13,6 +13,7 @@ import os
 import pytest
 import yaml
 
+from model_specs import llama_70b  # pylint: disable=import-error
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_pipeline as vp
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
@@ -45,14 +46,6 @@ def qwen_32b():
         hidden_size=5120, intermediate_size=27648, num_attention_heads=40, num_kv_heads=8, head_dim=128,
         vocab_size=152064, max_position_embeddings=32768, tie_word_embeddings=False, dtype_bytes=2,
         layer_kinds=[LAYER_FULL] * 64, param_count=32763876352, weight_bytes=65527752704)
-
-
-def llama_70b():
-    return ModelSpec(
-        name='meta-llama/Llama-3.3-70B-Instruct', source='test', architecture='LlamaForCausalLM',
-        num_layers=80, hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_kv_heads=8,
-        head_dim=128, vocab_size=128256, max_position_embeddings=131072, tie_word_embeddings=False,
-        dtype_bytes=2, layer_kinds=[LAYER_FULL] * 80, param_count=70553706496, weight_bytes=141107412992)
 
 
 def gpus(*cards):
