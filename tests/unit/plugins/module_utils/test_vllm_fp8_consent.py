@@ -14,7 +14,8 @@ import os
 import pytest
 import yaml
 
-from model_specs import llama_70b, llama_8b  # pylint: disable=import-error
+from model_specs import (  # pylint: disable=import-error
+    A6000_TOTAL, FIELD_TRAFFIC, RTX4090_TOTAL, field_plan, gpus, llama_70b, llama_8b)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import serving_plan
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
@@ -22,20 +23,6 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory impor
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_pipeline import plan_vllm_pipeline
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-A6000_TOTAL = 51527024640          # NVML memory_total of an RTX A6000
-RTX4090_TOTAL = 25757220864        # NVML memory_total of an RTX 4090
-
-
-def gpus(n, total=A6000_TOTAL, name='NVIDIA RTX A6000'):
-    return [dict(index=i, name=name, memory_total=total, memory_used=0, memory_free=total) for i in range(n)]
-
-
-FIELD_TRAFFIC = Traffic(prompt_tokens_p99=11000, max_output_tokens=2000, max_concurrency=32)
-
-
-def field_plan(version='0.10.1.1', **knobs):
-    knobs.setdefault('tensor_parallel_size', 4)
-    return plan_vllm(llama_70b(), gpus(4), FIELD_TRAFFIC, knobs, version)
 
 
 def rtx4090_plan(**knobs):

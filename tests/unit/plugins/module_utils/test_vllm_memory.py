@@ -10,7 +10,8 @@ import dataclasses
 
 import pytest
 
-from model_specs import llama_70b, llama_8b  # pylint: disable=import-error
+from model_specs import (  # pylint: disable=import-error
+    A6000_TOTAL, FIELD_TRAFFIC, RTX4090_TOTAL, field_plan, gpus, llama_70b, llama_8b)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import attention_kinds as ak
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import vllm_memory as vm
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import (
@@ -18,9 +19,6 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.model_spec import
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError, Traffic
 from ansible_collections.kvpin.fleet.plugins.module_utils.units import GiB
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.vllm_memory import plan_vllm
-
-A6000_TOTAL = 51527024640          # NVML memory_total of an RTX A6000 (49140 MiB)
-RTX4090_TOTAL = 25757220864        # NVML memory_total of an RTX 4090 (24564 MiB)
 
 
 def deepseek_v3():
@@ -42,18 +40,6 @@ def gemma2_9b():
         tie_word_embeddings=True, dtype_bytes=2,
         layer_kinds=[LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(42)],
         sliding_window=4096, param_count=9241705984, weight_bytes=18483411968)
-
-
-def gpus(n, total=A6000_TOTAL, name='NVIDIA RTX A6000'):
-    return [dict(index=i, name=name, memory_total=total, memory_used=0, memory_free=total) for i in range(n)]
-
-
-FIELD_TRAFFIC = Traffic(prompt_tokens_p99=11000, max_output_tokens=2000, max_concurrency=32)
-
-
-def field_plan(version='0.10.1.1', **knobs):
-    knobs.setdefault('tensor_parallel_size', 4)
-    return plan_vllm(llama_70b(), gpus(4), FIELD_TRAFFIC, knobs, version)
 
 
 # ------------------------------------------------------------------ the field report's numbers
