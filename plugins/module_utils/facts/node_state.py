@@ -106,17 +106,15 @@ class CommandNotRun(Exception):
 def module_command_runner(module):
     """``run_command(argv, seconds) -> (rc, stdout, stderr)`` through ``module.run_command``,
     each command under coreutils' timeout(1): what the node-side functions below are given."""
-    timeout_bin = shutil.which('timeout', path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
+    timeout_bin = find_command('timeout')
 
     def run_command(argv, seconds):
         if not timeout_bin:
             raise CommandNotRun('timeout (coreutils) not found, so %s cannot be bounded in time' % argv[0])
-        try:
-            return module.run_command([timeout_bin, '--kill-after=%d' % KILL_AFTER_SECONDS, '%d' % seconds]
-                                      + list(argv), check_rc=False, expand_user_and_vars=False,
-                                      handle_exceptions=False)
-        except OSError as exc:
-            raise CommandNotRun(str(exc)) from exc
+        # handle_exceptions=False: an OSError reaches run_bounded, which names it.
+        return module.run_command([timeout_bin, '--kill-after=%d' % KILL_AFTER_SECONDS, '%d' % seconds]
+                                  + list(argv), check_rc=False, expand_user_and_vars=False,
+                                  handle_exceptions=False)
     return run_command
 
 
@@ -807,8 +805,13 @@ def unit_states_from_show(unit_names, text):
     return dict((name, UnitState(name=name, properties=block)) for name, block in zip(unit_names, blocks))
 
 
+def find_command(name):
+    """``name`` on the module's PATH or, when that PATH is minimal, in the system directories."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
+
+
 def find_systemctl():
-    return shutil.which('systemctl', path=os.pathsep.join([os.environ.get('PATH', ''), SYSTEM_PATH]))
+    return find_command('systemctl')
 
 
 def read_unit_states(unit_names, systemctl=None, run_command=None):
