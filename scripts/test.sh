@@ -34,9 +34,14 @@ run_step() {
     start=$SECONDS
     "$@"
     rc=$?
-    RESULT_NAMES+=("$name"); RESULT_RCS+=("$rc"); RESULT_SECONDS+=("$((SECONDS - start))")
-    printf -- '----- %s: %s in %ss\n' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED (rc=$rc)")" "$((SECONDS - start))"
+    record_result "$name" "$rc" "$((SECONDS - start))"
     return "$rc"
+}
+
+# record_result NAME RC SECONDS [NOTE]: one step's line now, and its row in the final table.
+record_result() {
+    RESULT_NAMES+=("$1"); RESULT_RCS+=("$2"); RESULT_SECONDS+=("$3")
+    printf -- '----- %s: %s in %ss%s\n' "$1" "$([[ $2 -eq 0 ]] && echo ok || echo "FAILED (rc=$2)")" "$3" "${4:+ ($4)}"
 }
 
 step_bootstrap() { bash "$REPO/scripts/bootstrap.sh"; }
@@ -160,8 +165,7 @@ finish_beside_lab() {
     banner "beside the lab steps (waited $((SECONDS - waited))s for them after the last step)"
     cat "$BESIDE_LAB_LOG"
     while read -r name rc seconds; do
-        RESULT_NAMES+=("$name"); RESULT_RCS+=("$rc"); RESULT_SECONDS+=("$seconds")
-        printf -- '----- %s: %s in %ss (beside the lab)\n' "$name" "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED (rc=$rc)")" "$seconds"
+        record_result "$name" "$rc" "$seconds" "beside the lab"
     done <"$BESIDE_LAB_RESULTS"
     rm -f "$BESIDE_LAB_LOG" "$BESIDE_LAB_RESULTS"
 }
