@@ -14,6 +14,10 @@ from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import
     PlanInputError, check_gpus, type_name)
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import check_knob_type
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import model_loaders as ml
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import LedgerInputError, deployments_from_results
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.system_reserved import (
+    SystemReservedError, plans_vram_reserved_bytes)
+from ansible_collections.kvpin.fleet.plugins.module_utils.plan.traffic_classes import parse_traffic_classes
 
 GiB = 1 << 30
 
@@ -127,12 +131,6 @@ def test_planner_messages_name_user_types(source, values):
 @pytest.mark.parametrize('source, values', list(_sources()), ids=lambda v: v if isinstance(v, str) else '')
 def test_traffic_classes_reserved_and_ledger_name_user_types(source, values):
     """The planners' other entry points (traffic classes, system reserve, GPU ledger) too."""
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.traffic_classes import (  # pylint: disable=import-outside-toplevel
-        parse_traffic_classes)
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.system_reserved import (  # pylint: disable=import-outside-toplevel
-        SystemReservedError, plans_vram_reserved_bytes)
-    from ansible_collections.kvpin.fleet.plugins.module_utils.plan.gpu_ledger import (  # pylint: disable=import-outside-toplevel
-        LedgerInputError, deployments_from_results)
     messages = []
     for call, error in ((lambda: parse_traffic_classes(values['dict']), PlanInputError),
                         (lambda: parse_traffic_classes([values['int']]), PlanInputError),
