@@ -79,7 +79,7 @@ def run(wd, spec, config=None, stop_after=None) -> Run:
     for t, mem, ttft, preempt in generator().generate(spec):
         d = engine.feed(t, mem, ttft_p95=ttft, preemptions=preempt)
         fresh = d.action == "recycle" or engine.last_eval_t == t   # an evaluation, not a carry
-        if d.phase == "evaluating":
+        if d.phase in ("evaluating", "settling"):   # settling: evaluated, memory rises excused
             evaluated += 1
         if d.action == "recycle":
             result.recycles.append(t)

@@ -45,6 +45,28 @@ DEFAULTS: Dict[str, object] = {
     "slope_threshold_bytes_per_hour": 16 * MiB,
     "new_high_subwindows": 3,          # capped-cache guard: newest sub-window floor sets a new high
     "confirm_seconds": 3600,           # the rise must hold this long before a recycle
+    # ... and long enough to have added this much at its slope (a slow rise needs longer to be
+    # told from a burst or a swell), at most confirm_max_seconds.
+    "confirm_rise_bytes": 256 * MiB,
+    "confirm_max_seconds": 6 * 3600,
+    "rising_grace_seconds": 900,       # a rise that lapses for less than this stays confirmed
+    "step_fit_ratio": 0.5,             # one step fits this much better than a line: not a trend
+    # Warm-up hold (issue 38): after warmup_seconds an engine's memory still climbs toward a
+    # plateau (allocator pools, prefix cache, fragmentation). While it settles, a memory rise
+    # neither alerts nor recycles, unless it climbs past the learned plateau by
+    # plateau_margin_bytes, keeps a leak's steady pace, or reaches the limit within the horizon.
+    "settle_window_seconds": 2 * 3600,     # settled: the slope over this long (or at least
+                                           # 0.45 x of it) is at the threshold
+    "warmup_hold_max_seconds": 8 * 3600,   # the hold ends after this at the latest (0: no hold)
+    "plateau_margin_bytes": 256 * MiB,
+    "plateaus_kept": 8,                # learned plateaus kept (across restarts, in state_file)
+    "state_file": None,                # JSON file keeping the learned plateaus across watchdog restarts
+    # Long rise: hourly floors over this long (after the hold), for leaks too slow for the window.
+    "long_window_seconds": 12 * 3600,
+    # Alert episodes: a condition other than a confirmed memory rise pages once it has been seen
+    # for alert_enter_seconds; an episode ends after alert_clear_seconds without its condition.
+    "alert_enter_seconds": 2 * 3600,
+    "alert_clear_seconds": 2 * 3600,
     "recycle_horizon_seconds": 12 * 3600,  # recycle when the limit is projected within this
     "ttft_slope_threshold_seconds_per_hour": 0.02,
     "ttft_min_relative_rise": 0.15,    # TTFT p95 rise over the window, relative to its start
@@ -165,6 +187,17 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "slope_threshold_bytes_per_hour": (1, None, False),
     "new_high_subwindows": (2, 20, True),
     "confirm_seconds": (0, 7 * 24 * 3600, False),
+    "confirm_rise_bytes": (0, 2 ** 50, False),
+    "confirm_max_seconds": (0, 7 * 24 * 3600, False),
+    "rising_grace_seconds": (0, 24 * 3600, False),
+    "step_fit_ratio": (0, 1, False),
+    "settle_window_seconds": (60, 7 * 24 * 3600, False),
+    "warmup_hold_max_seconds": (0, 7 * 24 * 3600, False),
+    "plateau_margin_bytes": (0, 2 ** 50, False),
+    "plateaus_kept": (1, 100, True),
+    "long_window_seconds": (3600, 30 * 24 * 3600, False),
+    "alert_enter_seconds": (0, 7 * 24 * 3600, False),
+    "alert_clear_seconds": (0, 7 * 24 * 3600, False),
     "recycle_horizon_seconds": (0, 30 * 24 * 3600, False),
     "ttft_slope_threshold_seconds_per_hour": (0, 3600, False),
     "ttft_min_relative_rise": (0, 100, False),
@@ -195,7 +228,7 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
 STRING_KEYS = ("name", "unit", "container", "cgroup_path", "cgroup_root", "proc_root", "metrics_url",
                "probe_url", "gpustack_server", "gpustack_token_file", "drain_url", "lock_file",
                "textfile_dir", "gpustack_deployment", "gpustack_worker_name", "engine_host",
-               "metrics_path", "lock_dir")
+               "metrics_path", "lock_dir", "state_file")
 CHOICES = {
     "actuator": ACTUATORS,
     "container_runtime": ("podman", "docker"),

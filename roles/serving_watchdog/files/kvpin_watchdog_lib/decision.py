@@ -13,7 +13,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .config import DEFAULTS, GiB, HOUR, MiB
+from .fsio import write_file_atomically
 from .stats import downsample, trend
+
+STATE_FILE_MAX_BYTES = 65536
+# Diagnoses that say "memory is rising" (a confirmed one pages at once; see _episode).
+MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected", "slow_decay")
 
 
 # ---------------------------------------------------------------------------
@@ -24,7 +29,7 @@ class Decision:
     t: float
     action: str                      # none | alert | recycle
     reason: str
-    phase: str                       # warmup | collecting | evaluating | cooldown
+    phase: str                       # warmup | collecting | settling | evaluating
     diagnosis: Optional[str] = None  # leak_with_latency | leak_projected | memory_rising | latency_only | ...
     memory_bytes: Optional[int] = None
     slope_bytes_per_hour: Optional[float] = None
@@ -47,6 +52,12 @@ class Decision:
     rising_for_seconds: Optional[float] = None
     recycles_in_storm_window: int = 0
     suppressed_by: Optional[str] = None         # cooldown | storm_guard
+    warmup_hold: bool = False                   # settling after a (re)start: memory rises excused
+    memory_confirmed: Optional[bool] = None     # the rise held for confirm_needed_seconds()
+    step_like: Optional[bool] = None            # the window is one step and a plateau, not a ramp
+    alert_episode: Optional[str] = None         # the open alert episode's diagnosis
+    alert_episode_since: Optional[float] = None
+    alert_episodes_total: int = 0
     corroboration: Dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -60,6 +71,87 @@ class Decision:
 def _quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _bin_medians(points: Sequence[Tuple[float, float]], seconds: float = 600.0) -> List[Tuple[float, float]]:
+    """Medians of consecutive `seconds`-long bins (the sawtooth and the noise averaged out)."""
+    bins: Dict[int, List[float]] = {}
+    for x, y in points:
+        bins.setdefault(int(x // seconds), []).append(y)
+    return [((k + 0.5) * seconds, statistics.median(v)) for k, v in sorted(bins.items())]
+
+
+def _line_sse(points: Sequence[Tuple[float, float]]) -> float:
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    slope = _ls_slope(points)
+    return sum((p[1] - my - slope * (p[0] - mx)) ** 2 for p in points)
+
+
+def step_like(points: Sequence[Tuple[float, float]], ratio: float, seconds: float = 600.0) -> bool:
+    """True when one step (a level, then a higher level) fits the `seconds`-bin medians better
+    than a straight line by `ratio` (its squared residuals at most ratio x the line's) and
+    neither level drifts by more than a quarter of the step: a cache that filled once, not a
+    ramp (nor a ramp that began mid-window). ratio 0 turns the test off."""
+    medians = _bin_medians(points, seconds)
+    n = len(medians)
+    if ratio <= 0 or n < 6:
+        return False
+    ys = [m[1] for m in medians]
+    line = _line_sse(medians)
+    best = None
+    for cut in range(1, n):
+        left, right = ys[:cut], ys[cut:]
+        ml, mr = sum(left) / len(left), sum(right) / len(right)
+        if mr <= ml:
+            continue
+        sse = sum((y - ml) ** 2 for y in left) + sum((y - mr) ** 2 for y in right)
+        if best is None or sse < best[0]:
+            best = (sse, cut, mr - ml)
+    if best is None or best[0] > ratio * line:
+        return False
+    _sse, cut, height = best
+    for part in (medians[:max(1, cut - 1)], medians[cut + 1:]):   # the bins beside the cut may hold the fill
+        if len(part) >= 2 and abs(_ls_slope(part)) * (part[-1][0] - part[0][0]) > 0.25 * height:
+            return False
+    return True
+
+
+def _ls_slope(points: Sequence[Tuple[float, float]]) -> float:
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx if sxx > 0 else 0.0
+
+
+def linear_rise(points: Sequence[Tuple[float, float]], settle: float, threshold: float,
+                cfg: Dict[str, object]) -> bool:
+    """A leak's steady pace while settling, over the settle window (once 0.45 x of it has been
+    seen): in each third of it Sen's lower slope bound is above 2 x the threshold (bytes/s), the last third's
+    slope is at least 0.85 x the first's (a warm-up decelerates; steps leave a third flat), and
+    the whole is not one step."""
+    if len(points) < 30 or points[-1][0] - points[0][0] < 0.45 * settle:
+        return False
+    size = len(points) // 3
+    slopes = []
+    for part in (points[:size], points[size:2 * size], points[2 * size:]):
+        pts = downsample(part, int(cfg["max_points"]))
+        found = trend([p[0] - pts[0][0] for p in pts], [p[1] for p in pts], float(cfg["confidence"]))
+        if found is None or found.lower <= 2 * threshold:
+            return False
+        slopes.append(found.slope)
+    return slopes[2] >= 0.85 * slopes[0] and not step_like(points, float(cfg["step_fit_ratio"]))
+
+
+def _relative_rise(found, points: Sequence[Tuple[float, float]]) -> Optional[float]:
+    """The rise of a fitted trend over `points`' span, relative to its start (None: no fit)."""
+    if found is None or len(points) < 2:
+        return None
+    start = found.intercept + found.slope * points[0][0]
+    end = found.intercept + found.slope * points[-1][0]
+    return (end - start) / start if start > 0 else None
 
 
 def _fmt_bytes(n: float) -> str:
@@ -105,6 +197,22 @@ class DecisionEngine:
         self.last_recycle_t: Optional[float] = None
         self.season: deque = deque()        # (bucket end t, memory floor, TTFT p95 median) per hour
         self.bucket: List[Tuple[float, float, Optional[float]]] = []
+        self.not_rising_since: Optional[float] = None
+        # Warm-up hold: on after each (re)start until memory settles (or a leak shows).
+        self.hold = False
+        self.long_from: Optional[float] = None    # hourly buckets from here make the long window
+        self.settled = False                       # the hold ended with the memory settled
+        self.plateaus: List[Dict[str, float]] = []   # learned post-start plateaus, oldest first
+        self.state_note: Optional[str] = None        # why the state file was not read or written
+        # Alert episodes (hysteresis and de-duplication).
+        self.episode: Optional[str] = None
+        self.episode_since: Optional[float] = None
+        self.episode_last_t: Optional[float] = None
+        self.episodes_total = 0
+        self.pending: Optional[str] = None
+        self.pending_since: Optional[float] = None
+        self.pending_last_t: Optional[float] = None
+        self._load_state()
 
     # -- state -------------------------------------------------------------
     def restart(self, t: float) -> None:
@@ -118,8 +226,13 @@ class DecisionEngine:
         self.floors.clear()
         self.floor_before_window = None
         self.rising_since = None
+        self.not_rising_since = None
         self.season.clear()
         self.bucket = []
+        self.hold = float(self.cfg["warmup_hold_max_seconds"]) > 0
+        self.long_from = None if self.hold else t
+        self.settled = not self.hold
+        self._end_episode()
 
     def _trim(self, t: float) -> None:
         horizon = t - float(self.cfg["window_seconds"])
@@ -134,6 +247,12 @@ class DecisionEngine:
     def feed(self, t: float, mem_bytes: float, ttft_p95: Optional[float] = None,
              preemptions: Optional[float] = None, restarted: bool = False,
              corroboration: Optional[Dict[str, float]] = None) -> Decision:
+        decision = self._feed(t, mem_bytes, ttft_p95, preemptions, restarted, corroboration)
+        self._stamp(decision)
+        return decision
+
+    def _feed(self, t: float, mem_bytes: float, ttft_p95: Optional[float], preemptions: Optional[float],
+              restarted: bool, corroboration: Optional[Dict[str, float]]) -> Decision:
         cfg = self.cfg
         drop = (self.last_mem is not None and self.last_mem > 0
                 and mem_bytes < self.last_mem * (1.0 - float(cfg["restart_drop_fraction"])))
@@ -168,6 +287,7 @@ class DecisionEngine:
                 and t - self.last_eval_t < float(cfg["evaluate_every_seconds"])):
             return self._repeat(base)
         decision = self._evaluate(base)
+        self._episode(decision, t)
         self.last_eval_t, self.last_eval = t, decision
         if decision.action == "recycle" and self.auto_commit:
             self.commit_recycle(t)
@@ -189,8 +309,8 @@ class DecisionEngine:
         data = asdict(prev)
         data.update(base)
         data.update(action="none", suppressed_by=None, window_points=len(self.mem),
-                    reason="between evaluations (every %ss); last: %s" % (
-                        self.cfg["evaluate_every_seconds"], prev.action),
+                    reason="between evaluations (every %ss); last: %s: %s" % (
+                        self.cfg["evaluate_every_seconds"], prev.action, prev.reason),
                     recycles_in_storm_window=len(self.recycle_times))
         if prev.action == "alert":  # an alert condition persists until re-evaluated
             data["action"] = "alert"
@@ -236,7 +356,10 @@ class DecisionEngine:
 
         threshold = float(cfg["slope_threshold_bytes_per_hour"]) / HOUR
         mem_trend = mt.p < float(cfg["mk_alpha"]) and mt.s > 0 and mt.lower > threshold
-        mem_rising = mem_trend and d.new_high
+        # One step (a cache filling once) and a plateau passes the trend tests while the step
+        # crosses the window; it is no ramp, so never a rising memory.
+        d.step_like = mem_trend and step_like(pts, float(cfg["step_fit_ratio"]))
+        mem_rising = mem_trend and d.new_high and not d.step_like
 
         limit = cfg.get("memory_limit_bytes")
         if limit and mt.slope > 0:
@@ -285,27 +408,237 @@ class DecisionEngine:
         # Hysteresis: entering needs the full test; staying needs a significant-ish slope above
         # the threshold and a floor still setting highs, so a slow leak whose CI grazes the
         # threshold is not reset each time, while a burst that passed stops counting.
+        # A lapse shorter than rising_grace_seconds (noise at one evaluation) keeps the clock.
         still_rising = (mt.p < 10 * float(cfg["mk_alpha"]) and mt.slope > threshold
-                        and d.new_high)
+                        and d.new_high and not d.step_like)
         if mem_rising and self.rising_since is None:
             self.rising_since = t
-        elif not still_rising:
-            self.rising_since = None
-        confirmed = mem_rising and t - self.rising_since >= float(cfg["confirm_seconds"])
+        if still_rising or mem_rising:
+            self.not_rising_since = None
+        elif self.rising_since is not None:
+            if self.not_rising_since is None:
+                self.not_rising_since = t
+            if t - self.not_rising_since >= float(cfg["rising_grace_seconds"]):
+                self.rising_since = self.not_rising_since = None
+        needed = self.confirm_needed_seconds(mt.slope)
+        held_long_enough = self.rising_since is not None and t - self.rising_since >= needed
+        # A rise that has held long enough needs no new high at every evaluation (a daily
+        # swell on top of a slow leak sets one only now and then); it still needs the trend.
+        mem_rising = mem_trend and not d.step_like and (bool(d.new_high) or held_long_enough)
+        confirmed = mem_rising and held_long_enough
+        d.memory_confirmed = confirmed
         d.rising_for_seconds = 0.0 if self.rising_since is None else t - self.rising_since
+        held_by = None
+        if self.hold:
+            held_by = self._warmup_hold(d, t, recent_floor, within and confirmed)
         evidence = Evidence(self, cfg, mem_trend=mem_trend, mem_rising=mem_rising, confirmed=confirmed,
                             ttft_rising=ttft_rising, within=within, horizon=horizon,
-                            rising_for_seconds=d.rising_for_seconds, mem_note=mem_note,
-                            ttft_note=ttft_note, tail=tail)
+                            rising_for_seconds=d.rising_for_seconds, confirm_needed=needed,
+                            mem_note=mem_note, ttft_note=ttft_note, tail=tail)
         for name, detect in DETECTORS:
             found = detect(evidence)
             if found is not None:
                 d.diagnosis = name
                 d.action, d.reason = found
                 break
+        if limit and d.projected_seconds_to_limit is None:
+            # The window shows no rise (a swell's falling side), the long window may: project on it.
+            found = evidence.long()
+            if found is not None and found["slope"] > 0:
+                d.projected_seconds_to_limit = max(0.0, (float(limit) - recent_high) / found["slope"])
+        if held_by is not None and d.diagnosis in MEMORY_DIAGNOSES:
+            d.action, d.diagnosis = "none", None
+            d.reason = "settling after the (re)start, memory rise excused (%s): %s" % (held_by, d.reason)
         if d.action == "recycle":
             self._apply_policy(d, t)
         return d
+
+    def confirm_needed_seconds(self, slope_per_second: float) -> float:
+        """How long a rise must hold before it is confirmed: confirm_seconds, or the time to add
+        confirm_rise_bytes at this slope when longer, at most confirm_max_seconds."""
+        cfg = self.cfg
+        needed = float(cfg["confirm_seconds"])
+        if slope_per_second > 0:
+            needed = max(needed, float(cfg["confirm_rise_bytes"]) / slope_per_second)
+        return min(needed, max(float(cfg["confirm_seconds"]), float(cfg["confirm_max_seconds"])))
+
+    # -- warm-up hold and the learned plateau ------------------------------
+    def learned_plateau(self) -> Optional[float]:
+        """The highest of the kept post-start plateaus (bytes), None before one was learned."""
+        return max(p["plateau"] for p in self.plateaus) if self.plateaus else None
+
+    def hold_max_seconds(self) -> float:
+        """The hold's cap (age after a start): warmup_hold_max_seconds, shorter once this
+        deployment is known to settle faster (1.5 x its slowest learned settling + 1 h)."""
+        cap = float(self.cfg["warmup_hold_max_seconds"])
+        if self.plateaus:
+            cap = min(cap, 1.5 * max(p["settle_seconds"] for p in self.plateaus) + HOUR)
+        return cap
+
+    def _warmup_hold(self, d: Decision, t: float, recent_floor: float, projected_recycle: bool) -> Optional[str]:
+        """While settling, return why a memory rise is excused; None once the hold ended here.
+        It ends when the slope over settle_window_seconds is at the threshold (the level is
+        learned as a plateau and the trend window starts there), when memory passes the learned
+        plateau by plateau_margin_bytes, keeps a leak's pace, would reach the limit within the
+        horizon, or at hold_max_seconds()."""
+        cfg = self.cfg
+        settle = float(cfg["settle_window_seconds"])
+        age = t - self.start_t
+        recent = [(x, y) for x, y in self.mem if x >= t - settle]
+        threshold = float(cfg["slope_threshold_bytes_per_hour"]) / HOUR
+        if recent[-1][0] - recent[0][0] >= 0.45 * settle:
+            pts = downsample(recent, int(cfg["max_points"]))
+            st = trend([p[0] - recent[0][0] for p in pts], [p[1] for p in pts], float(cfg["confidence"]))
+            if st is not None and st.slope <= threshold:
+                plateau = statistics.median(p[1] for p in pts)
+                self._learn_plateau(plateau, age)
+                self._end_hold(t, trim_before=recent[0][0], settled=True)
+                d.reason = "settled at %s %.1f h after the start (plateau learned)" % (_fmt_bytes(plateau), age / HOUR)
+                return None
+        learned = self.learned_plateau()
+        if learned is not None and recent_floor > learned + float(cfg["plateau_margin_bytes"]):
+            self._end_hold(t)
+            return None
+        if projected_recycle or linear_rise(recent, settle, threshold, cfg):
+            self._end_hold(t)
+            return None
+        if age >= self.hold_max_seconds():
+            self._end_hold(t, trim_before=t - settle)
+            return None
+        d.phase, d.warmup_hold = "settling", True
+        return "settling %.1f of at most %.1f h%s" % (
+            age / HOUR, self.hold_max_seconds() / HOUR,
+            "" if learned is None else ", learned plateau %s" % _fmt_bytes(learned))
+
+    def _end_hold(self, t: float, trim_before: Optional[float] = None, settled: bool = False) -> None:
+        """The hold ends at t. With trim_before, the warm-up before it leaves the trend window
+        and the rise clock starts anew (settled, or the cap reached); without, a leak that ended
+        the hold keeps its history. The long window starts here once settled; else it keeps
+        the whole run (memory that never settled may be a leak that began during the warm-up:
+        with TTFT following it, that is the slow leak the long window is for)."""
+        self.hold = False
+        self.settled = settled
+        self.long_from = t if settled else self.start_t
+        if trim_before is None:
+            return
+        for series in (self.mem, self.ttft, self.preempt):
+            while series and series[0][0] < trim_before:
+                series.popleft()
+        self.floors.clear()
+        self.floor_before_window = None
+        self.rising_since = self.not_rising_since = None
+
+    def _learn_plateau(self, plateau: float, settle_seconds: float) -> None:
+        self.plateaus.append({"plateau": float(int(plateau)), "settle_seconds": round(float(settle_seconds), 1)})
+        del self.plateaus[:-int(self.cfg["plateaus_kept"])]
+        self._save_state()
+
+    def _load_state(self) -> None:
+        """Read the learned plateaus from state_file: at most STATE_FILE_MAX_BYTES, every value
+        checked. A missing file is a first start; anything wrong is a note, never an error."""
+        path = self.cfg.get("state_file")
+        if not path:
+            return
+        try:
+            with open(str(path), "rb") as handle:
+                raw = handle.read(STATE_FILE_MAX_BYTES + 1)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            self.state_note = "state file %s not read (%s): no learned plateau" % (path, err.strerror or err)
+            return
+        if len(raw) > STATE_FILE_MAX_BYTES:
+            self.state_note = "state file %s is larger than %d bytes: ignored, no learned plateau" % (
+                path, STATE_FILE_MAX_BYTES)
+            return
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            self.state_note = "state file %s is not JSON (%s): ignored, no learned plateau" % (path, err)
+            return
+        entries = data.get("plateaus") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            self.state_note = "state file %s has no list 'plateaus': ignored, no learned plateau" % path
+            return
+        kept = []
+        for index, entry in enumerate(entries):
+            for key in ("plateau", "settle_seconds"):
+                value = entry.get(key) if isinstance(entry, dict) else None
+                if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                        or value <= 0 or value > 2 ** 62):
+                    self.state_note = ("state file %s: plateaus[%d].%s is %r, not a finite and positive "
+                                       "number: ignored, no learned plateau" % (path, index, key, value))
+                    return
+            kept.append({"plateau": float(entry["plateau"]), "settle_seconds": float(entry["settle_seconds"])})
+        self.plateaus = kept[-int(self.cfg["plateaus_kept"]):]
+
+    def _save_state(self) -> None:
+        path = self.cfg.get("state_file")
+        if not path:
+            return
+        try:
+            write_file_atomically(str(path), json.dumps({"plateaus": self.plateaus}) + "\n", ".kvpin-watchdog-state-")
+            self.state_note = None
+        except OSError as err:
+            self.state_note = "state file %s not written (%s): the learned plateaus last until the watchdog restarts" % (
+                path, err.strerror or err)
+
+    # -- alert episodes ----------------------------------------------------
+    def _end_episode(self) -> None:
+        self.episode = self.episode_since = self.episode_last_t = None
+        self.pending = self.pending_since = self.pending_last_t = None
+
+    def _episode(self, d: Decision, t: float) -> None:
+        self._episode_update(d, t)
+        self._stamp(d)
+
+    def _episode_update(self, d: Decision, t: float) -> None:
+        """One alert episode per condition, with hysteresis. A confirmed memory rise (or a
+        recycle the policy held back) pages at once; any other condition only once it has been
+        seen for alert_enter_seconds (sightings less than that apart are one condition), before
+        which the decision says "alert pending" and does not page. An open episode keeps its
+        diagnosis and pages until alert_clear_seconds pass without its condition; a recycle
+        ends it."""
+        cfg = self.cfg
+        if d.action == "recycle":
+            self._end_episode()
+            return
+        memory_episode = self.episode in MEMORY_DIAGNOSES
+        seen = d.action == "alert" or (memory_episode and d.diagnosis in MEMORY_DIAGNOSES)
+        if self.episode is not None:
+            if seen:
+                self.episode_last_t = t
+                if d.diagnosis != self.episode:
+                    d.reason = "alert episode %s continues: %s" % (self.episode, d.reason)
+                d.action, d.diagnosis = "alert", self.episode
+                return
+            if t - self.episode_last_t < float(cfg["alert_clear_seconds"]):
+                d.reason = "alert episode %s held: its condition last seen %.0f s ago, clears after %.0f s: %s" % (
+                    self.episode, t - self.episode_last_t, float(cfg["alert_clear_seconds"]), d.reason)
+                d.action, d.diagnosis = "alert", self.episode
+                return
+            self._end_episode()
+            return
+        if d.action != "alert":
+            return
+        at_once = d.diagnosis in MEMORY_DIAGNOSES and d.diagnosis != "leak_unconfirmed"
+        if not at_once:
+            if self.pending is None or t - self.pending_last_t >= float(cfg["alert_enter_seconds"]):
+                self.pending, self.pending_since = d.diagnosis, t
+            self.pending_last_t = t
+            if t - self.pending_since < float(cfg["alert_enter_seconds"]):
+                d.action = "none"
+                d.reason = "alert pending (%s seen for %.0f of %.0f s): %s" % (
+                    self.pending, t - self.pending_since, float(cfg["alert_enter_seconds"]), d.reason)
+                return
+            d.diagnosis = self.pending
+        self.episode, self.episode_since, self.episode_last_t = d.diagnosis, t, t
+        self.pending = self.pending_since = self.pending_last_t = None
+        self.episodes_total += 1
+
+    def _stamp(self, d: Decision) -> None:
+        d.alert_episode, d.alert_episode_since = self.episode, self.episode_since
+        d.alert_episodes_total = self.episodes_total
 
     # -- slow decay: same hour, one season apart ---------------------------
     def _season_add(self, t: float, mem: float, ttft: Optional[float]) -> None:
@@ -317,8 +650,9 @@ class DecisionEngine:
         self.season.append((t, _quantile(mems, 0.25),
                             statistics.median(ttfts) if len(ttfts) >= max(3, len(self.bucket) // 3) else None))
         self.bucket = []
-        keep = int(float(self.cfg["season_seconds"]) / float(self.cfg["season_bucket_seconds"])) \
-            + int(self.cfg["season_min_differences"]) + 2
+        keep = max(int(float(self.cfg["season_seconds"]) / float(self.cfg["season_bucket_seconds"]))
+                   + int(self.cfg["season_min_differences"]),
+                   int(float(self.cfg["long_window_seconds"]) / float(self.cfg["season_bucket_seconds"]))) + 2
         while len(self.season) > keep:
             self.season.popleft()
 
@@ -368,6 +702,47 @@ class DecisionEngine:
         return {"mem_up": mem_up, "ttft_up": ttft_up, "mem_text": mem_text, "ttft_text": ttft_text,
                 "season_h": season_h, "m": m}
 
+    def long_rise(self) -> Optional[Dict[str, object]]:
+        """The slow-leak test on the hourly buckets of the last long_window_seconds after the
+        warm-up hold (a leak too slow for the trend window, under a daily swell): memory floors
+        rising (Mann-Kendall, Sen's lower bound above the threshold and adding at least
+        confirm_rise_bytes over the window, not one step) and whether TTFT p95 medians rise with
+        them by ttft_min_relative_rise. None before there are enough buckets."""
+        cfg = self.cfg
+        if self.hold or self.long_from is None:
+            return None
+        bucket = float(cfg["season_bucket_seconds"])
+        long_window = float(cfg["long_window_seconds"])
+        count = max(4, int(round(long_window / bucket)))
+        rows = [r for r in self.season if r[0] - bucket >= self.long_from - 1e-6][-count:]
+        if len(rows) < count or rows[-1][0] - rows[0][0] > 1.25 * long_window:
+            return None
+        t0 = rows[0][0]
+        points = [(r[0] - t0, r[1]) for r in rows]
+        mt = trend([p[0] for p in points], [p[1] for p in points], float(cfg["confidence"]))
+        threshold = float(cfg["slope_threshold_bytes_per_hour"]) / HOUR
+        span = points[-1][0]
+        mem_up = (mt is not None and mt.p < float(cfg["mk_alpha"]) and mt.s > 0 and mt.lower > threshold
+                  and mt.lower * span >= float(cfg["confirm_rise_bytes"])
+                  and not step_like(points, float(cfg["step_fit_ratio"]), bucket))
+        ttft_up, rise = False, None
+        tpts = [(r[0] - t0, r[2]) for r in rows if r[2] is not None]
+        if len(tpts) >= 2 * count // 3:
+            tt = trend([p[0] for p in tpts], [p[1] for p in tpts], float(cfg["confidence"]))
+            rise = _relative_rise(tt, tpts)
+            # Both halves must rise, the smaller by at least 0.2 x the larger: the rising side
+            # of a daily swell lifts TTFT within a few hours of the window, a leak all along.
+            halves = [_relative_rise(trend([p[0] for p in half], [p[1] for p in half], float(cfg["confidence"])), half)
+                      for half in (tpts[:len(tpts) // 2], tpts[len(tpts) // 2:])]
+            ttft_up = (tt is not None and tt.p < float(cfg["mk_alpha"]) and tt.s > 0
+                       and rise is not None and rise >= float(cfg["ttft_min_relative_rise"])
+                       and None not in halves and min(halves) > 0 and min(halves) >= 0.2 * max(halves))
+        text = "hourly memory floors over the last %.0f h: slope %s/h (lower %s/h, MK p=%.2g); TTFT p95 %s" % (
+            span / HOUR, _fmt_bytes(mt.slope * HOUR) if mt else "-", _fmt_bytes(mt.lower * HOUR) if mt else "-",
+            mt.p if mt else 1.0, "%+.0f%%" % (100 * rise) if rise is not None else "too few readings")
+        return {"mem_up": mem_up, "ttft_up": ttft_up, "text": text, "slope": mt.slope if mt else 0.0,
+                "settled": self.settled}
+
     def _apply_policy(self, d: Decision, t: float) -> None:
         cfg = self.cfg
         if (self.last_recycle_t is not None
@@ -406,15 +781,22 @@ class Evidence:
         self.within = bool(found["within"])
         self.horizon = float(found["horizon"])
         self.rising_for_seconds = found["rising_for_seconds"]
+        self.confirm_needed = float(found["confirm_needed"])
         self.mem_note = str(found["mem_note"])
         self.ttft_note = str(found["ttft_note"])
         self.tail = str(found["tail"])
         self._season = self._UNSET
+        self._long = self._UNSET
 
     def season(self) -> Optional[Dict[str, object]]:
         if self._season is self._UNSET:
             self._season = self.engine.seasonal_evidence()
         return self._season
+
+    def long(self) -> Optional[Dict[str, object]]:
+        if self._long is self._UNSET:
+            self._long = self.engine.long_rise()
+        return self._long
 
 
 Found = Optional[Tuple[str, str]]
@@ -444,17 +826,38 @@ def detect_slow_decay(e: Evidence) -> Found:
     return None
 
 
+def detect_long_leak_with_latency(e: Evidence) -> Found:
+    found = e.long()
+    if found is not None and found["mem_up"] and found["ttft_up"]:
+        return "recycle", ("memory and TTFT p95 rising together over the long window (a leak too slow "
+                           "for the trend window): %s; %s%s" % (found["text"], e.mem_note, e.tail))
+    return None
+
+
+def detect_long_memory_rising(e: Evidence) -> Found:
+    found = e.long()
+    if found is not None and found["mem_up"] and found["settled"]:   # a slow warm-up is no alert
+        return "alert", ("memory rising over the long window, TTFT p95 not with it: no recycle "
+                         "without a limit in reach: %s; %s%s" % (found["text"], e.mem_note, e.tail))
+    return None
+
+
 def detect_leak_unconfirmed(e: Evidence) -> Found:
     if e.mem_rising and not e.confirmed and (e.ttft_rising or e.within):
         return "alert", "memory rising for %.0f of %.0f s needed before a recycle: %s; %s%s" % (
-            e.rising_for_seconds, float(e.cfg["confirm_seconds"]), e.mem_note, e.ttft_note, e.tail)
+            e.rising_for_seconds, e.confirm_needed, e.mem_note, e.ttft_note, e.tail)
     return None
 
 
 def detect_memory_rising(e: Evidence) -> Found:
-    if e.mem_rising:
+    """A confirmed rise alerts; one not yet confirmed is diagnosed but does not page (a burst
+    or a swell passes the window tests for a while; a leak keeps passing them)."""
+    if e.mem_rising and e.confirmed:
         return "alert", "memory rising without latency impact, limit not within %.1f h: %s; %s%s" % (
             e.horizon / HOUR, e.mem_note, e.ttft_note, e.tail)
+    if e.mem_rising:
+        return "none", "memory rising for %.0f of %.0f s needed to confirm it (no alert yet): %s; %s%s" % (
+            e.rising_for_seconds, e.confirm_needed, e.mem_note, e.ttft_note, e.tail)
     return None
 
 
@@ -505,7 +908,9 @@ DETECTORS = (
     ("leak_with_latency", detect_leak_with_latency),
     ("leak_projected", detect_leak_projected),
     ("slow_decay", detect_slow_decay),
+    ("leak_with_latency", detect_long_leak_with_latency),
     ("leak_unconfirmed", detect_leak_unconfirmed),
+    ("memory_rising", detect_long_memory_rising),
     ("memory_rising", detect_memory_rising),
     ("latency_with_memory_bump", detect_latency_with_memory_bump),
     ("latency_only", detect_latency_only),
