@@ -51,6 +51,9 @@ WATCHDOG_VARS = {
         'warmup_seconds': 10, 'min_window_seconds': 60, 'window_seconds': 120, 'min_points': 20,
         'evaluate_every_seconds': 4, 'confirm_seconds': 10, 'cooldown_seconds': 60,
         'slope_threshold_bytes_per_hour': 2 << 30, 'recycle_horizon_seconds': 12 * 3600,
+        # Issue 38's hours-long clocks, compressed the same way.
+        'settle_window_seconds': 60, 'warmup_hold_max_seconds': 20, 'confirm_max_seconds': 10,
+        'rising_grace_seconds': 0, 'alert_enter_seconds': 8, 'alert_clear_seconds': 8,
     },
 }
 RUNNING_DEADLINE_S = 420

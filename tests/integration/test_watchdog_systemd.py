@@ -77,6 +77,10 @@ SETTINGS = {
     "storm_max_recycles": 2, "storm_window_seconds": 3600,
     "slope_threshold_bytes_per_hour": 1024 ** 3, "ttft_slope_threshold_seconds_per_hour": 1.0,
     "ttft_min_observations": 5,
+    # Issue 38's hours-long clocks on the same compressed scale: the warm-up hold ends at the
+    # first evaluation, a rise is confirmed after confirm_seconds, alerts page after 6 s.
+    "settle_window_seconds": 60, "warmup_hold_max_seconds": 10, "confirm_max_seconds": 6,
+    "rising_grace_seconds": 0, "alert_enter_seconds": 6, "alert_clear_seconds": 6,
     # WatchdogSec=20 here: check-config wants a tick's deadline at most half of it.
     "tick_deadline_seconds": 5,
 }

@@ -115,6 +115,31 @@ def test_state_file_problems_are_notes_not_errors(wd, tmp_path):
     assert "not written" in engine.state_note   # its directory is missing: noted, not raised
 
 
+@pytest.mark.parametrize("text, note", [
+    ("{not json", "is not JSON"),
+    ('{"plateaus": {"plateau": 1}}', "has no list 'plateaus'"),
+    ('[1, 2]', "has no list 'plateaus'"),
+    ('{"plateaus": [{"plateau": true, "settle_seconds": 60}]}', "plateaus[0].plateau is True"),
+    ('{"plateaus": [{"plateau": 1e300, "settle_seconds": 60}]}', "not a finite and positive"),
+    ('{"plateaus": [{"plateau": 5e9}]}', "plateaus[0].settle_seconds is None"),
+    ('{"plateaus": ["x"]}', "plateaus[0].plateau is None"),
+])
+def test_a_hostile_state_file_is_ignored_with_a_note(wd, tmp_path, text, note):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    engine = wd.DecisionEngine({"state_file": str(path)})
+    assert engine.learned_plateau() is None and note in engine.state_note and str(path) in engine.state_note
+
+
+def test_only_the_newest_plateaus_are_kept(wd, tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"plateaus": [{"plateau": float(i + 1) * GiB, "settle_seconds": 3600}
+                                             for i in range(12)]}))
+    engine = wd.DecisionEngine({"state_file": str(path), "plateaus_kept": 3})
+    assert [p["plateau"] / GiB for p in engine.plateaus] == [10.0, 11.0, 12.0]
+    assert engine.state_note is None and engine.learned_plateau() == 12 * GiB
+
+
 def test_one_step_then_a_plateau_is_not_a_trend(wd):
     """A 2 GiB step (a cache filling over 20 minutes) 20 h into a quiet run: no alert, no
     recycle, in the window or a season later."""

@@ -236,6 +236,14 @@ class Daemon:
     def _finish(self, decision: Decision) -> None:
         self.state["storm_guard_tripped"] = self.engine.storm_guard_tripped()
         self.state["last_tick_timestamp"] = self.clock()
+        # The engine's time axis is monotonic: the episode's start on the wall clock for metrics.
+        self.state["alert_episode_since_timestamp"] = (
+            None if decision.alert_episode_since is None
+            else self.clock() - (self.monotonic() - decision.alert_episode_since))
+        if self.engine.state_note != self.state.get("state_note_logged"):
+            if self.engine.state_note:
+                self.log("state_file", detail=self.engine.state_note)
+            self.state["state_note_logged"] = self.engine.state_note
         if decision.suppressed_by == "storm_guard" and not self.state.get("storm_logged"):
             self.log("storm_guard", detail="recycling stopped after %d recycles in %.1f h: alert only" % (
                 len(self.engine.recycle_times), float(self.cfg["storm_window_seconds"]) / HOUR))

@@ -47,8 +47,9 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
                    state: Optional[Dict[str, object]] = None) -> str:
     """Prometheus text for one watched deployment. state (daemon bookkeeping): limit_source,
     storm_guard_tripped, last_recycle_timestamp, last_recycle_ok, recycle_failures_total,
-    last_tick_timestamp, last_memory_sample_timestamp, families_dropped ({(family, reason):
-    count}), pages_refused ({reason: count})."""
+    last_tick_timestamp, last_memory_sample_timestamp, alert_episode_since_timestamp (the open
+    episode's start, wall clock), families_dropped ({(family, reason): count}), pages_refused
+    ({reason: count})."""
     state = state or {}
     label = '{target="%s"}' % _escape_label(target)
     rows = [
@@ -73,6 +74,17 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
                                            _escape_label(decision.diagnosis or decision.phase)), 1),
         ("kvpin_watchdog_decision", "gauge", "last decision: 0 none, 1 alert, 2 recycle", label,
          ACTION_CODE[decision.action]),
+        # The open alert episode (what the alerting rules read: one per condition, with
+        # hysteresis); no series while none is open.
+        ("kvpin_watchdog_alert_episode", "gauge", "1 while an alert episode is open (its diagnosis as label)",
+         '{target="%s",diagnosis="%s"}' % (_escape_label(target), _escape_label(decision.alert_episode or "")),
+         1 if decision.alert_episode else None),
+        ("kvpin_watchdog_alert_episode_since_timestamp_seconds", "gauge", "when the open alert episode began",
+         label, state.get("alert_episode_since_timestamp") if decision.alert_episode else None),
+        ("kvpin_watchdog_alert_episodes_total", "counter", "alert episodes opened since the watchdog started",
+         label, decision.alert_episodes_total),
+        ("kvpin_watchdog_warmup_hold", "gauge", "1 while the engine settles after a (re)start (memory rises excused)",
+         label, 1 if decision.warmup_hold else 0),
         ("kvpin_watchdog_storm_guard_tripped", "gauge", "1 when the storm guard stopped recycling (alert only)",
          label, 1 if state.get("storm_guard_tripped") else 0),
         ("kvpin_watchdog_last_recycle_timestamp_seconds", "gauge", "wall-clock time of the last recycle attempt",
