@@ -134,12 +134,17 @@ def test_restart_in_trace_restarts_warmup(wd, manifest):
         assert all(x.phase == "warmup" and x.action == "none" for x in after)
 
 
-def test_replay_cli_prints_one_json_object_per_sample(manifest):
+def test_replay_cli_prints_one_json_object_per_sample(manifest, tmp_path):
+    """With the trace's config (its 32 GiB limit): without it, this leak has no TTFT impact
+    and no limit in reach, so it only alerts (the burst that once lifted TTFT at its end and
+    made it a recycle is no longer read as latency following the leak)."""
     entry = manifest["leak_2gib"]
     trace = os.path.join(TRACES, entry["file"])
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(entry["config"]))
     with open(trace, encoding="utf-8") as handle:
         samples = sum(1 for _unused in handle) - 1
-    proc = subprocess.run([sys.executable, PROGRAM, "replay", "--trace", trace],
+    proc = subprocess.run([sys.executable, PROGRAM, "replay", "--trace", trace, "--config", str(cfg)],
                           capture_output=True, text=True, check=True, timeout=120)
     lines = proc.stdout.splitlines()
     assert len(lines) == samples

@@ -128,11 +128,12 @@ def _ls_slope(points: Sequence[Tuple[float, float]]) -> float:
 
 def linear_rise(points: Sequence[Tuple[float, float]], settle: float, threshold: float,
                 cfg: Dict[str, object]) -> bool:
-    """A leak's steady pace while settling, over the settle window (once 0.45 x of it has been
-    seen): in each third of it Sen's lower slope bound is above 2 x the threshold (bytes/s), the last third's
+    """A leak's steady pace while settling, over the settle window (`settle`: the settle window,
+    or the trend window when shorter; once 0.9 x of it has been seen, shorter thirds are
+    noise): in each third of it Sen's lower slope bound is above 2 x the threshold (bytes/s), the last third's
     slope is at least 0.85 x the first's (a warm-up decelerates; steps leave a third flat), and
     the whole is not one step."""
-    if len(points) < 30 or points[-1][0] - points[0][0] < 0.45 * settle:
+    if len(points) < 30 or points[-1][0] - points[0][0] < 0.9 * settle:
         return False
     size = len(points) // 3
     slopes = []
@@ -152,6 +153,15 @@ def _relative_rise(found, points: Sequence[Tuple[float, float]]) -> Optional[flo
     start = found.intercept + found.slope * points[0][0]
     end = found.intercept + found.slope * points[-1][0]
     return (end - start) / start if start > 0 else None
+
+
+def rises_all_along(points: Sequence[Tuple[float, float]], confidence: float) -> bool:
+    """Both halves of `points` rise, the smaller by at least 0.2 x the larger (relative to each
+    half's start): a leak lifts TTFT all along, a load burst or a swell's rising side within a
+    part of the window."""
+    halves = [_relative_rise(trend([p[0] for p in half], [p[1] for p in half], confidence), half)
+              for half in (points[:len(points) // 2], points[len(points) // 2:])]
+    return None not in halves and min(halves) > 0 and min(halves) >= 0.2 * max(halves)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -198,10 +208,17 @@ class DecisionEngine:
         self.season: deque = deque()        # (bucket end t, memory floor, TTFT p95 median) per hour
         self.bucket: List[Tuple[float, float, Optional[float]]] = []
         self.not_rising_since: Optional[float] = None
+        self.rising_slopes: List[float] = []        # bytes/s at each evaluation since rising_since
+        self.above_plateau_since: Optional[float] = None   # memory above the learned plateau + margin
         # Warm-up hold: on after each (re)start until memory settles (or a leak shows).
         self.hold = False
         self.long_from: Optional[float] = None    # hourly buckets from here make the long window
         self.settled = False                       # the hold ended with the memory settled
+        self.hold_ended_by = ""                    # why the last hold ended (the decision's reason says)
+        # The plateau learned in this run and its value when learned: the run's hourly floors
+        # lift it (a swell's peak, a late pool), a recycle puts it back (a leak is no plateau).
+        self.run_plateau: Optional[Dict[str, float]] = None
+        self.run_plateau_learned = 0.0
         self.plateaus: List[Dict[str, float]] = []   # learned post-start plateaus, oldest first
         self.state_note: Optional[str] = None        # why the state file was not read or written
         # Alert episodes (hysteresis and de-duplication).
@@ -227,9 +244,11 @@ class DecisionEngine:
         self.floor_before_window = None
         self.rising_since = None
         self.not_rising_since = None
+        self.above_plateau_since = None
         self.season.clear()
         self.bucket = []
         self.hold = float(self.cfg["warmup_hold_max_seconds"]) > 0
+        self.run_plateau = None
         self.long_from = None if self.hold else t
         self.settled = not self.hold
         self._end_episode()
@@ -296,6 +315,9 @@ class DecisionEngine:
 
     def commit_recycle(self, t: float) -> None:
         """A recycle happened: count it (cooldown, storm guard); a new trend starts here."""
+        if self.run_plateau is not None and self.run_plateau["plateau"] != self.run_plateau_learned:
+            self.run_plateau["plateau"] = self.run_plateau_learned
+            self._save_state()
         self.recycle_times.append(t)
         self.last_recycle_t = t
         self.restart(t)
@@ -366,7 +388,7 @@ class DecisionEngine:
             d.projected_seconds_to_limit = max(0.0, (float(limit) - recent_high) / mt.slope)
 
         # TTFT trend over the same window.
-        ttft_rising = False
+        ttft_rising = ttft_spread = False
         ttft_note = "no TTFT signal"
         if len(self.ttft) >= int(cfg["ttft_min_points"]):
             tpts = downsample([(x - t0, y) for x, y in self.ttft], int(cfg["max_points"]))
@@ -384,6 +406,10 @@ class DecisionEngine:
                                and (d.ttft_relative_rise or 0.0) >= float(cfg["ttft_min_relative_rise"]))
                 ttft_note = "TTFT p95 slope %+.3f s/h (lower %+.3f, MK p=%.2g, rise %+.0f%%)" % (
                     d.ttft_slope, d.ttft_slope_lower, tt.p, 100.0 * (d.ttft_relative_rise or 0.0))
+                older = [p for p in tpts if p[0] <= tpts[0][0] + (tpts[-1][0] - tpts[0][0]) * 2.0 / 3.0]
+                ttft_spread = ttft_rising and (_relative_rise(
+                    trend([p[0] for p in older], [p[1] for p in older], float(cfg["confidence"])), older) or 0.0) \
+                    >= 0.25 * float(cfg["ttft_min_relative_rise"])
         if len(self.preempt) >= 2:
             d.preemptions_in_window = max(0.0, self.preempt[-1][1] - self.preempt[0][1])
 
@@ -412,7 +438,9 @@ class DecisionEngine:
         still_rising = (mt.p < 10 * float(cfg["mk_alpha"]) and mt.slope > threshold
                         and d.new_high and not d.step_like)
         if mem_rising and self.rising_since is None:
-            self.rising_since = t
+            self.rising_since, self.rising_slopes = t, []
+        if self.rising_since is not None:
+            self.rising_slopes.append(mt.slope)
         if still_rising or mem_rising:
             self.not_rising_since = None
         elif self.rising_since is not None:
@@ -420,19 +448,21 @@ class DecisionEngine:
                 self.not_rising_since = t
             if t - self.not_rising_since >= float(cfg["rising_grace_seconds"]):
                 self.rising_since = self.not_rising_since = None
-        needed = self.confirm_needed_seconds(mt.slope)
+        # At the median slope seen since the rise began: a burst at the window's end steepens
+        # the slope for an evaluation or two and must not shorten the confirmation.
+        needed = self.confirm_needed_seconds(
+            statistics.median(self.rising_slopes) if self.rising_since is not None else mt.slope)
         held_long_enough = self.rising_since is not None and t - self.rising_since >= needed
-        # A rise that has held long enough needs no new high at every evaluation (a daily
-        # swell on top of a slow leak sets one only now and then); it still needs the trend.
-        mem_rising = mem_trend and not d.step_like and (bool(d.new_high) or held_long_enough)
         confirmed = mem_rising and held_long_enough
         d.memory_confirmed = confirmed
         d.rising_for_seconds = 0.0 if self.rising_since is None else t - self.rising_since
         held_by = None
         if self.hold:
             held_by = self._warmup_hold(d, t, recent_floor, within and confirmed)
+            if self.rising_since is None:   # the hold ended here, its warm-up trimmed: unconfirmed
+                confirmed = d.memory_confirmed = False
         evidence = Evidence(self, cfg, mem_trend=mem_trend, mem_rising=mem_rising, confirmed=confirmed,
-                            ttft_rising=ttft_rising, within=within, horizon=horizon,
+                            ttft_rising=ttft_rising, ttft_spread=ttft_spread, within=within, horizon=horizon,
                             rising_for_seconds=d.rising_for_seconds, confirm_needed=needed,
                             mem_note=mem_note, ttft_note=ttft_note, tail=tail)
         for name, detect in DETECTORS:
@@ -478,8 +508,8 @@ class DecisionEngine:
     def _warmup_hold(self, d: Decision, t: float, recent_floor: float, projected_recycle: bool) -> Optional[str]:
         """While settling, return why a memory rise is excused; None once the hold ended here.
         It ends when the slope over settle_window_seconds is at the threshold (the level is
-        learned as a plateau and the trend window starts there), when memory passes the learned
-        plateau by plateau_margin_bytes, keeps a leak's pace, would reach the limit within the
+        learned as a plateau and the trend window starts there), when memory stays above the
+        learned plateau by plateau_margin_bytes for an hour, keeps a leak's pace, would reach the limit within the
         horizon, or at hold_max_seconds()."""
         cfg = self.cfg
         settle = float(cfg["settle_window_seconds"])
@@ -492,25 +522,32 @@ class DecisionEngine:
             if st is not None and st.slope <= threshold:
                 plateau = statistics.median(p[1] for p in pts)
                 self._learn_plateau(plateau, age)
-                self._end_hold(t, trim_before=recent[0][0], settled=True)
+                self._end_hold(t, trim_before=recent[0][0], settled=True, why="settled")
                 d.reason = "settled at %s %.1f h after the start (plateau learned)" % (_fmt_bytes(plateau), age / HOUR)
                 return None
         learned = self.learned_plateau()
-        if learned is not None and recent_floor > learned + float(cfg["plateau_margin_bytes"]):
-            self._end_hold(t)
+        above = learned is not None and recent_floor > learned + float(cfg["plateau_margin_bytes"])
+        self.above_plateau_since = (self.above_plateau_since or t) if above else None
+        # Above it for an hour: a load burst (10..40 min and its decay) lifts the floor for less.
+        if above and t - self.above_plateau_since >= HOUR:
+            self._end_hold(t, why="above the learned plateau")
             return None
-        if projected_recycle or linear_rise(recent, settle, threshold, cfg):
-            self._end_hold(t)
+        if projected_recycle:
+            self._end_hold(t, why="limit projected within the horizon")
+            return None
+        if linear_rise(recent, min(settle, float(cfg["window_seconds"])), threshold, cfg):
+            self._end_hold(t, why="rising at a leak's steady pace")
             return None
         if age >= self.hold_max_seconds():
-            self._end_hold(t, trim_before=t - settle)
+            self._end_hold(t, trim_before=t - settle, why="the hold's cap")
             return None
         d.phase, d.warmup_hold = "settling", True
         return "settling %.1f of at most %.1f h%s" % (
             age / HOUR, self.hold_max_seconds() / HOUR,
             "" if learned is None else ", learned plateau %s" % _fmt_bytes(learned))
 
-    def _end_hold(self, t: float, trim_before: Optional[float] = None, settled: bool = False) -> None:
+    def _end_hold(self, t: float, trim_before: Optional[float] = None, settled: bool = False,
+                  why: str = "") -> None:
         """The hold ends at t. With trim_before, the warm-up before it leaves the trend window
         and the rise clock starts anew (settled, or the cap reached); without, a leak that ended
         the hold keeps its history. The long window starts here once settled; else it keeps
@@ -518,6 +555,7 @@ class DecisionEngine:
         with TTFT following it, that is the slow leak the long window is for)."""
         self.hold = False
         self.settled = settled
+        self.hold_ended_by = why
         self.long_from = t if settled else self.start_t
         if trim_before is None:
             return
@@ -529,7 +567,9 @@ class DecisionEngine:
         self.rising_since = self.not_rising_since = None
 
     def _learn_plateau(self, plateau: float, settle_seconds: float) -> None:
-        self.plateaus.append({"plateau": float(int(plateau)), "settle_seconds": round(float(settle_seconds), 1)})
+        self.run_plateau = {"plateau": float(int(plateau)), "settle_seconds": round(float(settle_seconds), 1)}
+        self.run_plateau_learned = self.run_plateau["plateau"]
+        self.plateaus.append(self.run_plateau)
         del self.plateaus[:-int(self.cfg["plateaus_kept"])]
         self._save_state()
 
@@ -647,8 +687,12 @@ class DecisionEngine:
             return
         mems = [b[1] for b in self.bucket]
         ttfts = [b[2] for b in self.bucket if b[2] is not None]
-        self.season.append((t, _quantile(mems, 0.25),
+        floor = _quantile(mems, 0.25)
+        self.season.append((t, floor,
                             statistics.median(ttfts) if len(ttfts) >= max(3, len(self.bucket) // 3) else None))
+        if self.run_plateau is not None and floor > self.run_plateau["plateau"]:
+            self.run_plateau["plateau"] = float(int(floor))
+            self._save_state()
         self.bucket = []
         keep = max(int(float(self.cfg["season_seconds"]) / float(self.cfg["season_bucket_seconds"]))
                    + int(self.cfg["season_min_differences"]),
@@ -689,7 +733,13 @@ class DecisionEngine:
         near, far = max(1, int(round(3 / bucket_h))), max(2, int(round(12 / bucket_h)))
         still = (len(rows) > far and rows[-1][1] > max(r[1] for r in rows[-far - 1:-near])
                  + float(cfg["slope_threshold_bytes_per_hour"]) * 3)
-        mem_up = still and all(x > 0 for x in recent) and statistics.median(recent) > per_season
+        # One step (a cache filling once) stays above the same hours a season ago for a season:
+        # the season's floors forming one step and a plateau are no decay.
+        lag = int(round(float(cfg["season_seconds"]) / float(cfg["season_bucket_seconds"])))
+        stepped = step_like([(r[0], r[1]) for r in rows[-lag - 1:]], float(cfg["step_fit_ratio"]),
+                            float(cfg["season_bucket_seconds"]))
+        mem_up = (still and not stepped and all(x > 0 for x in recent)
+                  and statistics.median(recent) > per_season)
         ttft_up = False
         ttft_text = "TTFT p95 vs a season ago: too few readings"
         if len(ttft_d) >= m:
@@ -730,13 +780,9 @@ class DecisionEngine:
         if len(tpts) >= 2 * count // 3:
             tt = trend([p[0] for p in tpts], [p[1] for p in tpts], float(cfg["confidence"]))
             rise = _relative_rise(tt, tpts)
-            # Both halves must rise, the smaller by at least 0.2 x the larger: the rising side
-            # of a daily swell lifts TTFT within a few hours of the window, a leak all along.
-            halves = [_relative_rise(trend([p[0] for p in half], [p[1] for p in half], float(cfg["confidence"])), half)
-                      for half in (tpts[:len(tpts) // 2], tpts[len(tpts) // 2:])]
             ttft_up = (tt is not None and tt.p < float(cfg["mk_alpha"]) and tt.s > 0
                        and rise is not None and rise >= float(cfg["ttft_min_relative_rise"])
-                       and None not in halves and min(halves) > 0 and min(halves) >= 0.2 * max(halves))
+                       and rises_all_along(tpts, float(cfg["confidence"])))
         text = "hourly memory floors over the last %.0f h: slope %s/h (lower %s/h, MK p=%.2g); TTFT p95 %s" % (
             span / HOUR, _fmt_bytes(mt.slope * HOUR) if mt else "-", _fmt_bytes(mt.lower * HOUR) if mt else "-",
             mt.p if mt else 1.0, "%+.0f%%" % (100 * rise) if rise is not None else "too few readings")
@@ -778,6 +824,8 @@ class Evidence:
         self.mem_rising = bool(found["mem_rising"])
         self.confirmed = bool(found["confirmed"])
         self.ttft_rising = bool(found["ttft_rising"])
+        # TTFT rising already in the window's older two thirds, not only in a burst at its end.
+        self.ttft_spread = bool(found["ttft_spread"])
         self.within = bool(found["within"])
         self.horizon = float(found["horizon"])
         self.rising_for_seconds = found["rising_for_seconds"]
@@ -803,7 +851,7 @@ Found = Optional[Tuple[str, str]]
 
 
 def detect_leak_with_latency(e: Evidence) -> Found:
-    if e.mem_rising and e.confirmed and e.ttft_rising:
+    if e.mem_rising and e.confirmed and e.ttft_rising and e.ttft_spread:
         return "recycle", ("memory and TTFT p95 rising together (host bookkeeping growth / "
                            "fragmentation): %s; %s%s" % (e.mem_note, e.ttft_note, e.tail))
     return None
