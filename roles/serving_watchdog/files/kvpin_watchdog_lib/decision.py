@@ -155,12 +155,16 @@ def _relative_rise(found, points: Sequence[Tuple[float, float]]) -> Optional[flo
     return (end - start) / start if start > 0 else None
 
 
+def trend_rise(points: Sequence[Tuple[float, float]], confidence: float) -> Optional[float]:
+    """The relative rise of Sen's trend fitted to `points` (None: no fit)."""
+    return _relative_rise(trend([p[0] for p in points], [p[1] for p in points], confidence), points)
+
+
 def rises_all_along(points: Sequence[Tuple[float, float]], confidence: float) -> bool:
     """Both halves of `points` rise, the smaller by at least 0.2 x the larger (relative to each
     half's start): a leak lifts TTFT all along, a load burst or a swell's rising side within a
     part of the window."""
-    halves = [_relative_rise(trend([p[0] for p in half], [p[1] for p in half], confidence), half)
-              for half in (points[:len(points) // 2], points[len(points) // 2:])]
+    halves = [trend_rise(half, confidence) for half in (points[:len(points) // 2], points[len(points) // 2:])]
     return None not in halves and min(halves) > 0 and min(halves) >= 0.2 * max(halves)
 
 
@@ -214,7 +218,6 @@ class DecisionEngine:
         self.hold = False
         self.long_from: Optional[float] = None    # hourly buckets from here make the long window
         self.settled = False                       # the hold ended with the memory settled
-        self.hold_ended_by = ""                    # why the last hold ended (the decision's reason says)
         # The plateau learned in this run and its value when learned: the run's hourly floors
         # lift it (a swell's peak, a late pool), a recycle puts it back (a leak is no plateau).
         self.run_plateau: Optional[Dict[str, float]] = None
@@ -253,11 +256,14 @@ class DecisionEngine:
         self.settled = not self.hold
         self._end_episode()
 
-    def _trim(self, t: float) -> None:
-        horizon = t - float(self.cfg["window_seconds"])
+    def _drop_before(self, horizon: float) -> None:
+        """Drop the window's samples (memory, TTFT, preemptions) older than horizon."""
         for series in (self.mem, self.ttft, self.preempt):
             while series and series[0][0] < horizon:
                 series.popleft()
+
+    def _trim(self, t: float) -> None:
+        self._drop_before(t - float(self.cfg["window_seconds"]))
         storm_start = t - float(self.cfg["storm_window_seconds"])
         while self.recycle_times and self.recycle_times[0] < storm_start:
             self.recycle_times.popleft()
@@ -407,8 +413,7 @@ class DecisionEngine:
                 ttft_note = "TTFT p95 slope %+.3f s/h (lower %+.3f, MK p=%.2g, rise %+.0f%%)" % (
                     d.ttft_slope, d.ttft_slope_lower, tt.p, 100.0 * (d.ttft_relative_rise or 0.0))
                 older = [p for p in tpts if p[0] <= tpts[0][0] + (tpts[-1][0] - tpts[0][0]) * 2.0 / 3.0]
-                ttft_spread = ttft_rising and (_relative_rise(
-                    trend([p[0] for p in older], [p[1] for p in older], float(cfg["confidence"])), older) or 0.0) \
+                ttft_spread = ttft_rising and (trend_rise(older, float(cfg["confidence"])) or 0.0) \
                     >= 0.25 * float(cfg["ttft_min_relative_rise"])
         if len(self.preempt) >= 2:
             d.preemptions_in_window = max(0.0, self.preempt[-1][1] - self.preempt[0][1])
@@ -522,32 +527,27 @@ class DecisionEngine:
             if st is not None and st.slope <= threshold:
                 plateau = statistics.median(p[1] for p in pts)
                 self._learn_plateau(plateau, age)
-                self._end_hold(t, trim_before=recent[0][0], settled=True, why="settled")
-                d.reason = "settled at %s %.1f h after the start (plateau learned)" % (_fmt_bytes(plateau), age / HOUR)
+                self._end_hold(t, trim_before=recent[0][0], settled=True)
                 return None
         learned = self.learned_plateau()
         above = learned is not None and recent_floor > learned + float(cfg["plateau_margin_bytes"])
         self.above_plateau_since = (self.above_plateau_since or t) if above else None
         # Above it for an hour: a load burst (10..40 min and its decay) lifts the floor for less.
         if above and t - self.above_plateau_since >= HOUR:
-            self._end_hold(t, why="above the learned plateau")
+            self._end_hold(t)
             return None
-        if projected_recycle:
-            self._end_hold(t, why="limit projected within the horizon")
-            return None
-        if linear_rise(recent, min(settle, float(cfg["window_seconds"])), threshold, cfg):
-            self._end_hold(t, why="rising at a leak's steady pace")
+        if projected_recycle or linear_rise(recent, min(settle, float(cfg["window_seconds"])), threshold, cfg):
+            self._end_hold(t)
             return None
         if age >= self.hold_max_seconds():
-            self._end_hold(t, trim_before=t - settle, why="the hold's cap")
+            self._end_hold(t, trim_before=t - settle)
             return None
         d.phase, d.warmup_hold = "settling", True
         return "settling %.1f of at most %.1f h%s" % (
             age / HOUR, self.hold_max_seconds() / HOUR,
             "" if learned is None else ", learned plateau %s" % _fmt_bytes(learned))
 
-    def _end_hold(self, t: float, trim_before: Optional[float] = None, settled: bool = False,
-                  why: str = "") -> None:
+    def _end_hold(self, t: float, trim_before: Optional[float] = None, settled: bool = False) -> None:
         """The hold ends at t. With trim_before, the warm-up before it leaves the trend window
         and the rise clock starts anew (settled, or the cap reached); without, a leak that ended
         the hold keeps its history. The long window starts here once settled; else it keeps
@@ -555,13 +555,10 @@ class DecisionEngine:
         with TTFT following it, that is the slow leak the long window is for)."""
         self.hold = False
         self.settled = settled
-        self.hold_ended_by = why
         self.long_from = t if settled else self.start_t
         if trim_before is None:
             return
-        for series in (self.mem, self.ttft, self.preempt):
-            while series and series[0][0] < trim_before:
-                series.popleft()
+        self._drop_before(trim_before)
         self.floors.clear()
         self.floor_before_window = None
         self.rising_since = self.not_rising_since = None
