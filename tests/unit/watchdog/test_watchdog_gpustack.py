@@ -273,6 +273,13 @@ def test_one_tick_end_to_end_logs_instance_and_limit_source(wd, node, fake):
     ({"dry_run": "no"}, "dry_run must be true or false"),
     ({"name": "a b"}, "name must match"),
     ({"min_window_seconds": 7200, "window_seconds": 3600}, "must not exceed window_seconds"),
+    # Issue 38's settings: wrong type, out of range, huge, not whole.
+    ({"settle_window_seconds": 10}, "settle_window_seconds must be >= 60"),
+    ({"step_fit_ratio": 2}, "step_fit_ratio must be <= 1"),
+    ({"plateaus_kept": 1.5}, "plateaus_kept must be a whole number"),
+    ({"confirm_rise_bytes": 1e300}, "confirm_rise_bytes must be <= "),
+    ({"alert_enter_seconds": "2h"}, "alert_enter_seconds must be a number"),
+    ({"long_window_seconds": 60}, "long_window_seconds must be >= 3600"),
 ])
 def test_check_config_rejects_what_the_daemon_cannot_run(tmp_path, over, message):
     cfg = {"name": "llama", "gpustack_deployment": "llama", "gpustack_server": "http://127.0.0.1:1",
