@@ -26,6 +26,7 @@ import time
 import pytest
 
 import vllm_parser
+import vllm_release_flags
 from nvml_stub_pynvml import stub_pynvml
 from plan_snapshot import FIXTURES, HARDWARE, ROOT, deployments
 
@@ -54,12 +55,12 @@ VARIANTS = (
 )
 
 
-def _deployment_params(inventory, host, deployment, nvml):
+def _deployment_params(inventory, host, deployment, nvml, version=VERSION):
     os.environ['KVPIN_NVML_STUB_CONFIG'] = os.path.join(FIXTURES, HARDWARE[inventory][host] + '.json')
     gpus = probe(nvml)['gpus']
     if 'gpu_indexes' in deployment:
         gpus = [gpu for gpu in gpus if gpu['index'] in deployment['gpu_indexes']]
-    params = dict(backend=deployment['backend'], backend_version=VERSION, model=deployment['model'],
+    params = dict(backend=deployment['backend'], backend_version=version, model=deployment['model'],
                   gpus=gpus, **deployment.get('traffic', {}))
     params.update(deployment.get('engine', {}))
     return params
@@ -75,8 +76,8 @@ def _argvs(key, result):
     return out
 
 
-def collect_plans():
-    """{'inventory': [(key, argv), ...], 'variants': [...]}: every vLLM plan at VERSION."""
+def collect_plans(version=VERSION):
+    """{'inventory': [(key, argv), ...], 'variants': [...]}: every vLLM plan at this version."""
     nvml = stub_pynvml()
     saved = os.environ.get('KVPIN_NVML_STUB_CONFIG')
     found = {'inventory': [], 'variants': []}
@@ -88,10 +89,10 @@ def collect_plans():
                 if deployment['backend'] != 'vllm':
                     continue
                 key = '%s/%s/%s' % (inventory, host, deployment['name'])
-                params = _deployment_params(inventory, host, deployment, nvml)
+                params = _deployment_params(inventory, host, deployment, nvml, version)
                 found['inventory'] += _argvs(key, serving_plan_result(params))
         for label, inventory, host, name, change in VARIANTS:
-            params = _deployment_params(inventory, host, by_name[(inventory, host, name)], nvml)
+            params = _deployment_params(inventory, host, by_name[(inventory, host, name)], nvml, version)
             params.update(change)
             params = {k: v for k, v in params.items() if v is not None}
             found['variants'] += _argvs('%s/%s/%s+%s' % (inventory, host, name, label), serving_plan_result(params))
@@ -239,3 +240,142 @@ def test_a_python_without_vllm_is_a_clear_error():
     assert 'make_arg_parser' in str(error.value) and 'vllm' in str(error.value)
     with pytest.raises(vllm_parser.ParserError, match='cannot run'):
         vllm_parser.parse_argvs('/nonexistent/python', [['/m']], timeout=10)
+
+
+# ------------------------------------------------------------------ every other release, from its sources
+RELEASED_PATH = os.path.join(ROOT, 'tests', 'fixtures', 'vllm_flags', 'released.json')
+# the Model Runner V2 era the planner models release by release (vllm_profile.accounting)
+MRV2_ERA = ('0.25.0', '0.25.1', '0.26.0', '0.27.0', '0.27.1', '0.28.0', '0.29.0', '0.30.0', '0.31.0',
+            '0.32.0', '0.33.0', '0.34.0')
+
+
+@pytest.fixture(scope='module')
+def released():
+    with open(RELEASED_PATH, encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def _release_versions(released):
+    return sorted(released['releases'], key=vllm_release_flags.version_key)
+
+
+def test_the_recorded_releases_cover_every_flag_boundary_and_the_mrv2_era(released):
+    """Each FLAGS range is checked on both sides of each of its ends, and every release of the
+    era issue 37 asks about is there."""
+    versions = _release_versions(released)
+    assert set(MRV2_ERA) <= set(versions)
+    keys = [vllm_release_flags.version_key(v) for v in versions]
+    for rule in vllm_profile.FLAGS.values():
+        for end in (rule.since, rule.until):
+            if end is not None:
+                assert any(k < end for k in keys) and end in keys, (rule.flag, end)
+
+
+def test_the_static_reading_is_the_real_parser_on_0_32_0(released, table):
+    """The method: what the sources spell out for 0.32.0 is exactly its real parser's option
+    strings, less -h/--help and the --no-X twins BooleanOptionalAction makes."""
+    static = vllm_release_flags.flags_at(released, VERSION)
+    assert vllm_release_flags.method_check(static, table) == ([], [])
+    assert len(static) > 300
+
+
+def test_the_collection_flag_ranges_agree_with_every_released_parser(released):
+    """Two ways, at every recorded release: a flag the collection may emit is in that release's
+    parser, and a flag it keeps away is not. A failure names the release and where the flag is."""
+    wrong = []
+    for version in _release_versions(released):
+        flags = vllm_release_flags.flags_at(released, version)
+        parsed = vllm_profile.parse_version(version)
+        for rule in vllm_profile.FLAGS.values():
+            present = rule.flag in flags
+            if present != rule.available(parsed):
+                wrong.append('vLLM %s: %s is %s (%s) but the collection says %s' % (
+                    version, rule.flag, 'defined' if present else 'absent',
+                    released['releases'][version]['where'].get(rule.flag, 'not in its sources'), rule.span()))
+    assert not wrong, '\n'.join(wrong)
+
+
+def test_the_collection_kv_dtypes_agree_with_every_released_parser(released):
+    """--kv-cache-dtype: a dtype the collection models is accepted exactly where it says, and
+    every dtype a release accepts is either modelled or refused with its reason."""
+    wrong = []
+    for version in _release_versions(released):
+        accepted = released['releases'][version]['kv_cache_dtypes']
+        assert accepted, 'no --kv-cache-dtype choices read for %s' % version
+        parsed = vllm_profile.parse_version(version)
+        choices = set(vllm_profile.kv_cache_dtype_choices(parsed))
+        values = set(accepted['values'])
+        for name in sorted((choices - values) | ((values & set(vllm_profile.KV_CACHE_DTYPES)) - choices)):
+            what = 'modelled but not accepted' if name in choices else 'accepted but the collection says not yet'
+            wrong.append('vLLM %s (%s): %s %s' % (version, accepted['at'], name, what))
+        unknown = values - set(vllm_profile.KV_CACHE_DTYPES) - set(vllm_profile.KV_CACHE_DTYPES_NOT_MODELLED)
+        if unknown:
+            wrong.append('vLLM %s (%s) accepts %s, which the collection neither models nor refuses with '
+                         'a reason' % (version, accepted['at'], sorted(unknown)))
+    assert not wrong, '\n'.join(wrong)
+
+
+@pytest.mark.parametrize('version', MRV2_ERA)
+def test_every_plan_uses_only_flags_its_release_defines(released, version):
+    """Every inventory plan and variant, planned for each release of the era, emits only flags
+    that release's parser defines, with a --kv-cache-dtype value it accepts."""
+    plans = collect_plans(version)
+    flags = vllm_release_flags.flags_at(released, version)
+    dtypes = set(released['releases'][version]['kv_cache_dtypes']['values'])
+    wrong = []
+    for key, argv in _all(plans):
+        for arg in argv[1:]:
+            if _flag(arg) not in flags:
+                wrong.append('%s: %s is not a flag of vLLM %s' % (key, _flag(arg), version))
+            if _flag(arg) == '--kv-cache-dtype' and arg.split('=', 1)[1] not in dtypes:
+                wrong.append('%s: %s is not accepted by vLLM %s' % (key, arg, version))
+    assert len(plans['inventory']) >= 6 and plans['variants'], plans
+    assert not wrong, '\n'.join(wrong)
+
+
+def test_flags_at_rebuilds_each_release_from_the_changes():
+    document = {'releases': {
+        '0.9.0': dict(added=['--a', '--b'], removed=[]),
+        '0.10.0': dict(added=['--c'], removed=['--a']),
+        '0.9.1': dict(added=['--a'], removed=[]),      # listed out of order: versions sort as numbers
+    }}
+    assert vllm_release_flags.flags_at(document, '0.9.0') == {'--a', '--b'}
+    assert vllm_release_flags.flags_at(document, '0.10.0') == {'--b', '--c'}
+    with pytest.raises(KeyError, match='0.11.0'):
+        vllm_release_flags.flags_at(document, '0.11.0')
+
+
+def test_the_static_reader_finds_literal_flags_dataclass_flags_and_kv_dtypes():
+    sources = {
+        'vllm/engine/arg_utils.py': (
+            'def add_cli_args(parser):\n'
+            '    group = parser.add_argument_group("x")\n'
+            '    group.add_argument("--max-model-len", type=int)\n'
+            '    group.add_argument("--quantization", "-q")\n'
+            '    name = "--not-a-literal-call"\n'
+            '    group.add_argument(name)\n'),
+        'vllm/config/cache.py': 'CacheDType = Literal["auto", "fp8", "nvfp4"]\n',
+        'vllm/entrypoints/openai/cli_args.py': (
+            'class BaseFrontendArgs:\n    host: str = None\n    _private: int = 0\n'
+            'class FrontendArgs(BaseFrontendArgs):\n    allowed_origins: list = None\n'),
+    }
+    flags, dtypes = vllm_release_flags.flags_of(sources)
+    assert set(flags) == {'--max-model-len', '--quantization', '-q', '--host', '--allowed-origins'}
+    assert flags['--max-model-len'] == 'vllm/engine/arg_utils.py:3'
+    assert dtypes == dict(values=['auto', 'fp8', 'nvfp4'], at='vllm/config/cache.py:1')
+    old = {'vllm/engine/arg_utils.py': 'parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"])\n'}
+    assert vllm_release_flags.flags_of(old)[1] == dict(values=['auto', 'fp8'], at='vllm/engine/arg_utils.py:1')
+
+
+@pytest.mark.parametrize('url', ['http://pypi.org/simple/vllm/', 'https://example.com/vllm.whl',
+                                 'https://files.pythonhosted.org.evil.test/x.whl', 'file:///etc/passwd'])
+def test_the_recorder_reads_only_https_from_pypi(url):
+    with pytest.raises(vllm_release_flags.SourceError, match='refusing'):
+        vllm_release_flags._open(url)  # pylint: disable=protected-access
+
+
+def test_the_recorder_refuses_to_read_more_than_its_bound():
+    remote = vllm_release_flags.RangeFile('https://files.pythonhosted.org/x.whl', size=1 << 30, limit=1024)
+    with pytest.raises(vllm_release_flags.SourceError, match='more than 1024 bytes'):
+        remote.read(4096)
+    assert remote.fetched == 0

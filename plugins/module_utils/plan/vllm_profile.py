@@ -153,8 +153,8 @@ FLAGS = {rule.option: rule for rule in (
     FlagRule('max_seq_len_to_capture', '--max-seq-len-to-capture', None, (0, 11, 0)),
     FlagRule('cuda_graph_sizes', '--cuda-graph-sizes', (0, 9, 0), (0, 13, 0),
              'deprecated in 0.12.0'),
-    FlagRule('max_cudagraph_capture_size', '--max-cudagraph-capture-size', (0, 12, 0), None),
-    FlagRule('kv_offloading_size', '--kv-offloading-size', (0, 12, 0), None),
+    FlagRule('max_cudagraph_capture_size', '--max-cudagraph-capture-size', (0, 11, 1), None),
+    FlagRule('kv_offloading_size', '--kv-offloading-size', (0, 11, 1), None),
     FlagRule('performance_mode', '--performance-mode', (0, 17, 0), None),
     FlagRule('custom_histogram_buckets', '--custom-histogram-buckets', (0, 32, 0), None,
              'JSON {family: [bounds]}; family request_tokens sets the prompt / generation length '
@@ -216,12 +216,19 @@ KV_CACHE_DTYPES = {rule.name: rule for rule in (
     KvDtypeRule('auto', None, None, 'the model dtype (2 B for bf16/fp16 checkpoints, also for '
                 'weight-quantized AWQ/GPTQ/FP8 models)'),
     *(KvDtypeRule(name, None, 1) for name in FP8_KV_DTYPES),
-    KvDtypeRule('bfloat16', (0, 11, 0), 2), KvDtypeRule('float16', (0, 19, 0), 2),
+    KvDtypeRule('bfloat16', (0, 11, 0), 2), KvDtypeRule('float16', (0, 18, 0), 2),
 )}
-# Accepted by vLLM but not modelled here (page sizes not verified, or not CUDA).
+# Accepted by vLLM (CacheDType in vllm/config/cache.py) but not modelled here: page sizes with
+# their scales not verified, or not CUDA. Refused with this reason rather than guessed.
+_SCALED_KV = 'a sub-byte or per-token-scaled KV cache whose page size (values plus scales) is not modelled'
 KV_CACHE_DTYPES_NOT_MODELLED = {
     'fp8_inc': 'Intel Gaudi only',
     'fp8_ds_mla': 'DeepSeek-V3.2 sparse MLA (656 B/token/layer), not modelled',
+    'nvfp4_ds_mla': 'DeepSeek sparse MLA in NVFP4, not modelled',
+    **{name: _SCALED_KV for name in (
+        'nvfp4', 'nvfp4_4over6', 'turboquant_k8v4', 'turboquant_4bit_nc', 'turboquant_k3v4_nc',
+        'turboquant_3bit_nc', 'octave_k3v4', 'octave_k3v3', 'octave_k3v3_compact', 'ultraquant_4bit',
+        'int4_per_token_head', 'int8_per_token_head', 'fp8_per_token_head')},
 }
 
 
@@ -606,10 +613,14 @@ MAX_CAPTURE_SIZE = 512
 def cudagraph_capture_sizes(version, max_num_seqs, max_num_batched_tokens):
     """The decode batch sizes vLLM captures: [1, 2, 4] + multiples of 8 up to the largest.
 
-    Largest = 512 before 0.12.0 (``cuda_graph_sizes`` default [512]); from 0.12.0
-    ``min(max_num_seqs * 2, 512)`` (``_set_cudagraph_sizes``). Never above
-    max_num_batched_tokens. The exact list after 256 differs by version; the count
-    is what the pool model uses."""
+    Largest = 512 before 0.12.0; from 0.12.0 ``min(max_num_seqs * 2, 512)``
+    (``_set_cudagraph_sizes``). Never above max_num_batched_tokens. The exact list after 256
+    differs by version; the count is what the pool model uses.
+
+    vLLM itself defaults to ``min(max_num_seqs * 2, 512)`` from 0.10.0 (SchedulerConfig,
+    vllm/config.py:2455 at v0.10.0; ``[512]`` at v0.9.2, vllm/config.py:2133). 0.10.0 - 0.11.2
+    are still planned with 512: more graph memory than those releases capture below
+    max_num_seqs 256 (the safe side); moving them needs their plans re-validated."""
     largest = MAX_CAPTURE_SIZE
     if accounting(version).capture_size_rule == 'max_num_seqs_x2':
         largest = min(max_num_seqs * 2, MAX_CAPTURE_SIZE)

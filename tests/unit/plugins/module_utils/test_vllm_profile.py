@@ -137,17 +137,21 @@ def test_accounting_eras(version, graphs, nccl_baseline):
 def test_kv_cache_dtype_choices_by_version():
     assert prof.kv_cache_dtype_choices(V('0.10.1.1')) == ['auto', 'fp8', 'fp8_e4m3', 'fp8_e5m2']
     assert 'bfloat16' in prof.kv_cache_dtype_choices(V('0.11.0'))
-    assert 'float16' not in prof.kv_cache_dtype_choices(V('0.18.0'))
-    assert 'float16' in prof.kv_cache_dtype_choices(V('0.19.0'))
+    # CacheDType gained float16 in 0.18.0 (vllm/config/cache.py:14 at v0.18.0; not at v0.17.1),
+    # as tests/fixtures/vllm_flags/released.json records from the released wheels
+    assert 'float16' not in prof.kv_cache_dtype_choices(V('0.17.1'))
+    assert 'float16' in prof.kv_cache_dtype_choices(V('0.18.0'))
     assert prof.kv_cache_dtype_bytes('auto', V('0.11.0'), 2) == 2
     assert prof.kv_cache_dtype_bytes('fp8_e5m2', V('0.11.0'), 2) == 1
 
 
 @pytest.mark.parametrize('dtype, version, match', [
     ('bfloat16', '0.10.1.1', r'needs vLLM >= 0\.11\.0'),
-    ('float16', '0.18.0', r'needs vLLM >= 0\.19\.0'),
+    ('float16', '0.17.1', r'needs vLLM >= 0\.18\.0'),
     ('fp8_inc', '0.11.0', 'Gaudi'),
     ('int4', '0.11.0', 'unknown'),
+    ('nvfp4', '0.32.0', 'nvfp4.*not modelled'),
+    ('turboquant_k8v4', '0.34.0', 'per-token-scaled KV cache whose page size'),
 ])
 def test_kv_cache_dtype_refused(dtype, version, match):
     with pytest.raises(PlanInputError, match=match) as err:
