@@ -655,6 +655,37 @@ def main():
           % mistral_per_logit)
     print()
     outside_table()
+    print()
+    reported_small_card_table()
+
+
+# Issue 37's runs (vLLM 0.27 / 0.28, Qwen2.5-7B-Instruct bf16 on NVIDIA A10G / L4, --max-model-len
+# 4096 --gpu-memory-utilization 0.90 --max-num-seqs 128): the engine's logged KV pool per GPU. They
+# come from the issue, not from a public page, so they are not rows of vllm_public.json; and the
+# Model Runner V2 constants were fitted on them (vllm_memory: V2_* "issue 37's A10G / L4 startups"),
+# so they are in-sample by construction. No public 0.25 - 0.34 startup log on a 24 / 48 GB card with
+# every figure a row needs was found (docs/data-sources.md).
+REPORTED_A10G_TOTAL = 24146608128          # NVML memory_total of an A10G
+REPORTED_A10G_POOL_GIB = {1: 3.34, 2: 11.51, 4: 15.62}
+
+
+def reported_small_card_table():
+    spec = resolve_model('Qwen/Qwen2.5-7B-Instruct')
+    print('Issue 37\'s A10G runs (not public; in-sample: the V2 constants were fitted on them), Qwen2.5-7B '
+          'bf16, util 0.90, len 4096, max_num_seqs 128, KV pool not pinned; GiB per GPU')
+    header = '%-7s %2s | %7s %7s %8s | %s' % ('vLLM', 'TP', 'KV pred', 'KV log', 'err', 'within max(0.5 GiB, 10 %), never above')
+    print(header)
+    print('-' * len(header))
+    for version in ('0.27.1', '0.28.0'):
+        for tp, logged_gib in sorted(REPORTED_A10G_POOL_GIB.items()):
+            gpus = [dict(index=i, name='NVIDIA A10G', memory_total=REPORTED_A10G_TOTAL) for i in range(tp)]
+            plan = plan_vllm(spec, gpus, Traffic(3072, 1024, 1), dict(
+                tensor_parallel_size=tp, gpu_memory_utilization=0.9, max_model_len=4096, max_num_seqs=128,
+                kv_cache_dtype='auto', pin_kv_cache_memory=False), version)
+            kv = min(m.terms['kv_budget'] for m in plan.memory) / GiB
+            ok = kv <= logged_gib and logged_gib - kv <= max(0.5, logged_gib / 10)
+            print('%-7s %2d | %7.2f %7.2f %+7.1f%% | %s' % (
+                version, tp, kv, logged_gib, 100.0 * (kv - logged_gib) / logged_gib, 'yes' if ok else 'NO'))
 
 
 def outside_table():
