@@ -122,6 +122,18 @@ def vllm_metrics(requests: int) -> str:
         lines.append('%s_bucket{engine="0",le="+Inf",model_name="llama"} %d' % (family, requests))
         lines.append('%s_count{engine="0",model_name="llama"} %d' % (family, requests))
         lines.append('%s_sum{engine="0",model_name="llama"} %f' % (family, requests * 0.3))
+    # The length histograms traffic measurement reads (vLLM's 1-2-5 layout up to 32768 tokens,
+    # as 0.32 writes it without --custom-histogram-buckets), and the finished-requests counter.
+    length_bounds = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000]
+    for family, typical in (("vllm:request_prompt_tokens", 1800.0), ("vllm:request_generation_tokens", 300.0)):
+        lines.append("# HELP %s x\n# TYPE %s histogram" % (family, family))
+        for le in length_bounds:
+            lines.append('%s_bucket{engine="0",le="%s",model_name="llama"} %d' % (
+                family, float(le), int(requests * min(1.0, le / (2 * typical)))))
+        lines.append('%s_bucket{engine="0",le="+Inf",model_name="llama"} %d' % (family, requests))
+        lines.append('%s_count{engine="0",model_name="llama"} %d' % (family, requests))
+        lines.append('%s_sum{engine="0",model_name="llama"} %f' % (family, requests * typical))
+    lines.append('vllm:request_success_total{engine="0",finished_reason="stop",model_name="llama"} %d' % requests)
     for gauge, value in (("vllm:num_requests_running", 12), ("vllm:num_requests_waiting", 1),
                          ("vllm:kv_cache_usage_perc", 0.42)):
         lines.append('%s{engine="0",model_name="llama"} %s' % (gauge, value))
@@ -165,7 +177,7 @@ def child(ticks: int, interval: float) -> dict:
                    cgroup_root=os.path.join(work, "cgroup"), proc_root=proc_root,
                    metrics_url="http://127.0.0.1:%d/metrics" % port,
                    textfile_dir=os.path.join(work, "textfile"), interval_seconds=interval,
-                   lock_file=os.path.join(work, "lock"))
+                   lock_file=os.path.join(work, "lock"), traffic_state_file=os.path.join(work, "traffic.json"))
         clock_t = [0.0]
         daemon = wd.Daemon(cfg, out=open(os.devnull, "w", encoding="utf-8"), clock=lambda: clock_t[0],
                            monotonic=lambda: clock_t[0])
@@ -516,6 +528,7 @@ def run_node(watchdogs: int, ticks: int, api_version: str, runtime: str) -> dict
             cfg = {"name": name, "actuator": "gpustack", "dry_run": True,
                    "interval_seconds": wd.DEFAULTS["interval_seconds"],
                    "textfile_dir": os.path.join(work, "textfile"), "lock_dir": os.path.join(work, "lock"),
+                   "traffic_state_file": os.path.join(work, "traffic-%d.json" % i),
                    "lock_file": os.path.join(work, "lock", "recycle.lock"), "watchdog_sec": 180,
                    "gpustack_deployment": name, "gpustack_server": "http://127.0.0.1:%d" % api_port,
                    "gpustack_token_file": token_file, "gpustack_api_version": "auto",

@@ -8,11 +8,9 @@ process, GPUStack's restart_count) counts even when no count fell. A restart mid
 loses nor doubles a count."""
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import math
-import threading
 
 import pytest
 
@@ -79,29 +77,6 @@ def test_the_preemptions_counter_is_a_running_total_across_restarts(wd):
             sensor.note_restart()       # a restart whose new counter (8) is above the old one (5)
         got.append(sensor.from_text(0.0, _page(NEW_FIRST, raw))["preemptions"])
     assert got == [7.0, 9.0, 12.0, 14.0, 22.0, 24.0]
-
-
-class _Engine(http.server.BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self):  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(type(self).body)))
-        self.end_headers()
-        self.wfile.write(type(self).body)
-
-    def log_message(self, *_args):
-        pass
-
-
-@pytest.fixture
-def engine():
-    handler = type("Engine", (_Engine,), {"body": b""})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield handler, "http://127.0.0.1:%d" % server.server_address[1]
-    server.shutdown()
-    server.server_close()
 
 
 def _proc(root, start):

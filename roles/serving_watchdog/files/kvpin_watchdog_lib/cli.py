@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 from . import __doc__ as PROGRAM_DOC
 from .config import due_profile, load_config, validate_config
 from .trace_replay import replay
-from .measure import MeasureError, measure_pages, parse_engine_log
+from .measure import MeasureError, measure_pages, parse_engine_log, read_state_file
 from .daemon import Daemon, switch_profile
 
 
@@ -37,6 +37,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     source.add_argument("--metrics", nargs="+", metavar="PAGE",
                         help="successive /metrics pages of one engine, oldest first")
     source.add_argument("--engine-log", metavar="FILE", help="the engine's startup log")
+    source.add_argument("--state", metavar="FILE",
+                        help="a watchdog's saved traffic state (traffic_state_file): its rolling window")
     m.add_argument("--hour", type=int, choices=range(24), metavar="0..23",
                    help="hour of day the pages' traffic is counted in (default: now, local time)")
     m.add_argument("--block-size", type=int, metavar="N",
@@ -91,6 +93,8 @@ def _measure(args: argparse.Namespace) -> int:
     try:
         if args.metrics:
             result = measure_pages(args.metrics, hour_of_day=args.hour)
+        elif args.state:
+            result = read_state_file(args.state)
         else:
             result = parse_engine_log(args.engine_log, block_size=args.block_size)
     except (OSError, MeasureError) as exc:

@@ -83,6 +83,14 @@ DEFAULTS: Dict[str, object] = {
     "cooldown_seconds": 3600,
     "storm_max_recycles": 3,
     "storm_window_seconds": 24 * 3600,
+    # Traffic measurement (issue 36): the /metrics page the latency signal scrapes anyway is
+    # also read for the prompt / generation lengths, concurrency, truncated and rejected
+    # requests and preemptions, per hour over a rolling window, kept in traffic_state_file.
+    "traffic_measure": True,
+    "traffic_scrape_seconds": 60,      # a page is measured at most this often
+    "traffic_save_seconds": 300,       # the state file and the exported figures, this often
+    "traffic_window_days": 7,
+    "traffic_state_file": None,        # JSON state kept across watchdog restarts (the role sets it)
     # Latency signal.
     "metrics_url": None,               # Prometheus text endpoint (vLLM /metrics)
     "probe_url": None,                 # OpenAI /v1/completions for engines without a histogram
@@ -222,13 +230,16 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "memory_blind_seconds": (0, 30 * 24 * 3600, False),
     "profile_switch_grace_seconds": (0, 24 * 3600, False),
     "profile_settle_seconds": (0, 3600, False),
+    "traffic_scrape_seconds": (1, 3600, False),
+    "traffic_save_seconds": (10, 24 * 3600, False),
+    "traffic_window_days": (1, 14, True),
     "gpustack_model_id": (1, 2 ** 62, True),
     "gpustack_instance_id": (1, 2 ** 62, True),
 }
 STRING_KEYS = ("name", "unit", "container", "cgroup_path", "cgroup_root", "proc_root", "metrics_url",
                "probe_url", "gpustack_server", "gpustack_token_file", "drain_url", "lock_file",
                "textfile_dir", "gpustack_deployment", "gpustack_worker_name", "engine_host",
-               "metrics_path", "lock_dir", "state_file")
+               "metrics_path", "lock_dir", "state_file", "traffic_state_file")
 CHOICES = {
     "actuator": ACTUATORS,
     "container_runtime": ("podman", "docker"),
@@ -349,7 +360,7 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
         value = cfg.get(key)
         if isinstance(value, str) and not re.match(r"^https?://[^/\s]+", value):
             errors.append("%s must be an http:// or https:// URL" % key)
-    for key in ("dry_run",):
+    for key in ("dry_run", "traffic_measure"):
         if not isinstance(cfg.get(key), bool):
             errors.append("%s must be true or false" % key)
     if isinstance(cfg.get("name"), str) and not NAME_RE.match(cfg["name"]):

@@ -19,6 +19,7 @@ from .gpustack import INSTANCE_STATES_RUNNING, DeploymentSensor, GPUStackAPI
 from .actuators import Actuator, DeploymentActuator
 from .profile_switch import ProfileSwitch, read_profile_marker, scrape_running_requests
 from .outputs import render_metrics, sd_notify, write_textfile
+from .measure import TrafficRecorder
 
 
 class Daemon:
@@ -30,6 +31,8 @@ class Daemon:
         self.engine = DecisionEngine(cfg, auto_commit=False)
         self.memory = MemorySensor(cfg)
         self.latency = LatencySensor(cfg)
+        self.traffic = TrafficRecorder(cfg, clock=clock)
+        self.latency.page_hook = self.traffic.offer
         self.actuator = Actuator(cfg, self.log)
         self.api = GPUStackAPI(cfg) if cfg.get("gpustack_deployment") else None
         self.deployment = DeploymentSensor(cfg, self.api) if self.api else None
@@ -73,7 +76,12 @@ class Daemon:
             return {"ttft_p95": None, "preemptions": None, "corroboration": {},
                     "status": "latency sensor failed: %s: %s" % (type(exc).__name__, str(exc)[:200])}
         self._count_unsound(lat)
+        self._log_traffic_notes()
         return lat
+
+    def _log_traffic_notes(self) -> None:
+        for note in self.traffic.drain_notes():
+            self.log("traffic", detail=note)
 
     def _count_unsound(self, lat: Dict[str, object]) -> None:
         for family, reason, detail in lat.get("dropped") or ():
@@ -113,6 +121,7 @@ class Daemon:
         if self._engine_restarted(mem):
             mem["restarted"] = True       # the decision engine's trend restarts too
             self.latency.note_restart()
+            self.traffic.note_restart("the engine restarted (new GPUStack instance, restart count or pid)")
         url = self.deployment.metrics_url() if mem.get("instance") is not None else None
         lat = self._sample_latency(now, deadline, url)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
@@ -132,6 +141,7 @@ class Daemon:
             mem = self.memory.sample()
             if mem["restarted"]:
                 self.latency.note_restart()
+                self.traffic.note_restart("the engine restarted (new process)")
             lat = self._sample_latency(now, deadline)
         if mem.get("limit"):
             self.engine.cfg["memory_limit_bytes"] = int(mem["limit"])
@@ -244,6 +254,8 @@ class Daemon:
             if self.engine.state_note:
                 self.log("state_file", detail=self.engine.state_note)
             self.state["state_note_logged"] = self.engine.state_note
+        self.state["traffic"] = self.traffic.summary
+        self.state["traffic_pages_unusable"] = self.traffic.unusable
         if decision.suppressed_by == "storm_guard" and not self.state.get("storm_logged"):
             self.log("storm_guard", detail="recycling stopped after %d recycles in %.1f h: alert only" % (
                 len(self.engine.recycle_times), float(self.cfg["storm_window_seconds"]) / HOUR))
@@ -295,6 +307,9 @@ class Daemon:
                 sd_notify("WATCHDOG=1\nSTATUS=%s" % self.status_line)
             time.sleep(min(1.0, interval))
         sd_notify("STOPPING=1")
+        if self.traffic.enabled and self.traffic.last_observed is not None:
+            self.traffic.save()     # the newest hour is not lost with the watchdog
+            self._log_traffic_notes()
         self.log("stop")
         return 0
 

@@ -42,6 +42,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .exposition import METRIC_NAMES, family_of, parse_page
+from .fsio import write_file_atomically
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -464,10 +465,12 @@ class TrafficAccumulator:
         return None
 
     def observe(self, scrape: Scrape, t: Optional[float] = None,
-                hour_of_day: Optional[int] = None) -> Dict[str, object]:
+                hour_of_day: Optional[int] = None, restarted: Optional[str] = None) -> Dict[str, object]:
         """Add one scrape taken at time t (epoch seconds; default now). hour_of_day: the hour
-        the traffic is counted in (default: t's local hour). Returns what it added. The first
-        scrape is the baseline: its counts happened before it, at unknown hours."""
+        the traffic is counted in (default: t's local hour). restarted: why the caller knows the
+        engine restarted since the last scrape (a new instance or pid), when the page itself
+        may not show it. Returns what it added. The first scrape is the baseline: its counts
+        happened before it, at unknown hours."""
         t = time.time() if t is None else float(t)
         if math.isnan(t) or math.isinf(t) or t < 0:
             raise MeasureError("scrape time must be a finite time >= 0, got %r" % t)
@@ -485,7 +488,7 @@ class TrafficAccumulator:
         if self.last is None:
             self.requests_before_first_scrape += scrape.histograms["prompt_histogram"].total
         else:
-            reset = self._reset_reason(scrape)
+            reset = self._reset_reason(scrape) or restarted
             for role, hist in scrape.histograms.items():
                 if hist is None:
                     deltas[role] = None
@@ -531,6 +534,12 @@ class TrafficAccumulator:
         return {"reset": reset, "requests": sum(added) if added else 0, "hour": hour,
                 "hour_of_day": hour_of_day}
 
+    def set_window_days(self, days: int) -> None:
+        """A state saved under another window (the setting changed): keep the newest hours."""
+        self.window_days = TrafficAccumulator(days).window_days
+        if self.slots:
+            self._prune(max(self.slots))
+
     def _prune(self, hour: int) -> None:
         oldest = hour - self.window_days * 24 + 1
         for key in [k for k in self.slots if k < oldest]:
@@ -555,14 +564,16 @@ class TrafficAccumulator:
         out["enough_requests"] = out["requests"] >= MIN_REQUESTS
         return out
 
-    def summary(self) -> Dict[str, object]:
-        """The whole window, and per hour of day (only hours with a scrape)."""
+    def summary(self, hours: bool = True) -> Dict[str, object]:
+        """The whole window, and per hour of day (only hours with a scrape; not with
+        hours=False, what the daemon's metrics need every minute at a 25th of the cost)."""
         slots = list(self.slots.values())
         out = self._figures(slots)
-        by_hour: Dict[int, list] = {}
-        for slot in slots:
-            by_hour.setdefault(slot["hour_of_day"], []).append(slot)
-        out["hours"] = {"%02d" % h: self._figures(by_hour[h]) for h in sorted(by_hour)}
+        if hours:
+            by_hour: Dict[int, list] = {}
+            for slot in slots:
+                by_hour.setdefault(slot["hour_of_day"], []).append(slot)
+            out["hours"] = {"%02d" % h: self._figures(by_hour[h]) for h in sorted(by_hour)}
         out.update({
             "scrapes": self.scrapes, "restarts_seen": self.restarts_seen,
             "last_reset_reason": self.last_reset_reason,
@@ -688,6 +699,102 @@ def _last_ok(last: object) -> bool:
     counters = last.get("counters")
     return isinstance(counters, dict) and all(
         v is None or (isinstance(v, int) and v >= 0) for v in counters.values())
+
+
+class TrafficRecorder:
+    """The daemon's side of measurement: every ``traffic_scrape_seconds`` the page the latency
+    sensor scraped anyway goes into a TrafficAccumulator and the summary the metrics export is
+    refreshed; every ``traffic_save_seconds`` its state is written to ``traffic_state_file``
+    (atomic, bounded by MAX_STATE_BYTES). A state file from an earlier run is read back at
+    start (at most MAX_STATE_BYTES, every value checked), so a watchdog restart neither loses
+    nor doubles traffic: the saved last scrape is the baseline of the next. A page it cannot
+    use (no length histogram: metrics off, llama-box; NaN; falling buckets) or a bad state file
+    is counted and noted, never an error: the memory signal goes on."""
+
+    def __init__(self, cfg: Dict[str, object], clock=time.time):
+        self.clock = clock
+        self.enabled = bool(cfg.get("traffic_measure", True))
+        self.scrape_every = float(cfg.get("traffic_scrape_seconds") or 60)
+        self.save_every = float(cfg.get("traffic_save_seconds") or 300)
+        self.path = cfg.get("traffic_state_file")
+        self.window_days = int(cfg.get("traffic_window_days") or DEFAULT_WINDOW_DAYS)
+        self.acc = TrafficAccumulator(self.window_days)
+        self.last_observed: Optional[float] = None
+        self.last_saved: Optional[float] = None
+        self.summary: Optional[Dict[str, object]] = None
+        self.unusable = 0             # pages offered that could not be measured
+        self.notes: List[str] = []    # what the daemon should log (each once), drained by it
+        self.restart_reason: Optional[str] = None
+        if self.enabled and self.path:
+            self._load()
+
+    def _note(self, text: str) -> None:
+        if len(self.notes) < 16:
+            self.notes.append(text)
+
+    def _load(self) -> None:
+        try:
+            raw = read_bounded(str(self.path), MAX_STATE_BYTES, "traffic state file")
+        except FileNotFoundError:
+            return
+        except (OSError, MeasureError) as exc:
+            self._note("traffic state file %s not read (%s): measuring from now" % (self.path, exc))
+            return
+        try:
+            acc = TrafficAccumulator.from_json(raw.decode("utf-8", "replace"), str(self.path))
+        except MeasureError as exc:
+            self._note("%s: measuring from now" % exc)
+            return
+        acc.set_window_days(self.window_days)
+        self.acc = acc
+        self.summary = acc.summary(hours=False)
+
+    def note_restart(self, why: str) -> None:
+        """The daemon saw a new engine process: the next page's counters start from 0."""
+        self.restart_reason = why
+
+    def offer(self, body, source: str) -> None:
+        """A /metrics page the latency sensor scraped (bytes or str)."""
+        if not self.enabled:
+            return
+        now = float(self.clock())
+        if self.last_observed is not None and now - self.last_observed < self.scrape_every:
+            return
+        self.last_observed = now
+        try:
+            self.acc.observe(Scrape(body, source), now, restarted=self.restart_reason)
+        except MeasureError as exc:
+            self.unusable += 1
+            if self.unusable == 1:
+                self._note("traffic not measured from %s: %s" % (source, exc))
+            return
+        self.restart_reason = None
+        self.summary = self.acc.summary(hours=False)
+        if self.last_saved is None or now - self.last_saved >= self.save_every:
+            self.save(now)
+
+    def save(self, now: Optional[float] = None) -> None:
+        self.last_saved = float(self.clock()) if now is None else now
+        if not self.path:
+            return
+        try:
+            write_file_atomically(str(self.path), self.acc.to_json() + "\n", ".kvpin-watchdog-traffic-")
+        except (OSError, MeasureError) as exc:
+            self._note("traffic state file %s not written (%s): the measurement lasts until the "
+                       "watchdog restarts" % (self.path, exc))
+
+    def drain_notes(self) -> List[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+
+def read_state_file(path: str) -> Dict[str, object]:
+    """measure --state: the summary of a daemon's saved traffic state."""
+    raw = read_bounded(path, MAX_STATE_BYTES, "traffic state file")
+    acc = TrafficAccumulator.from_json(raw.decode("utf-8", "replace"), path)
+    out = acc.summary()
+    out["state_file"] = path
+    return out
 
 
 def measure_pages(paths: Sequence[str], hour_of_day: Optional[int] = None,

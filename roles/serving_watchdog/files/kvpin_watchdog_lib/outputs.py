@@ -100,6 +100,7 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
          "wall-clock time of the last memory sample that reached the decision engine", label,
          state.get("last_memory_sample_timestamp")),
     ]
+    rows += _traffic_rows(target, label, state)
     # Counters with a series per (family, reason) / reason: fixed vocabularies, so bounded.
     for (family, reason), count in sorted(dict(state.get("families_dropped") or {}).items()):
         rows.append(("kvpin_watchdog_metric_families_dropped_total", "counter",
@@ -122,6 +123,47 @@ def render_metrics(target: str, decision: Decision, recycles_total: int,
             lines.append("# TYPE %s %s" % (name, kind))
         lines.append("%s%s %s" % (name, labels, repr(float(value)) if isinstance(value, float) else value))
     return "\n".join(lines) + "\n"
+
+
+def _traffic_rows(target: str, label: str, state: Dict[str, object]) -> list:
+    """The measured traffic (measure.TrafficRecorder's summary of its rolling window)."""
+    summary = state.get("traffic")
+    rows = [("kvpin_watchdog_traffic_pages_unusable_total", "counter",
+             "scraped pages the traffic measurement could not use (no length histogram, unsound)",
+             label, int(state.get("traffic_pages_unusable") or 0))]
+    if not isinstance(summary, dict):
+        return rows
+    window = '{target="%s",window_days="%s"}' % (_escape_label(target), summary.get("window_days"))
+    rows += [
+        ("kvpin_watchdog_traffic_requests", "gauge", "requests measured in the rolling window", window,
+         summary.get("requests")),
+        ("kvpin_watchdog_traffic_enough_requests", "gauge",
+         "1 when the window holds enough requests (>= 299) for its p99 bounds to be planned from", window,
+         1 if summary.get("enough_requests") else 0),
+        ("kvpin_watchdog_traffic_max_concurrency", "gauge", "peak of running + waiting requests in the window",
+         window, summary.get("max_concurrency")),
+        ("kvpin_watchdog_traffic_length_truncated", "gauge", "requests stopped at their length limit in the window",
+         window, summary.get("length_truncated")),
+        ("kvpin_watchdog_traffic_rejected", "gauge", "requests refused with a 4xx in the window", window,
+         summary.get("rejected")),
+        ("kvpin_watchdog_traffic_preemptions", "gauge", "preemptions in the window", window,
+         summary.get("preemptions")),
+        ("kvpin_watchdog_traffic_engine_restarts_seen_total", "counter",
+         "engine restarts the traffic measurement saw (counters reset, start time or layout changed)", label,
+         summary.get("restarts_seen")),
+        ("kvpin_watchdog_engine_kv_cache_tokens", "gauge", "the KV pool the engine reports (cache_config_info)",
+         label, summary.get("kv_cache_tokens")),
+    ]
+    for kind in ("prompt", "generation"):
+        labels = '{target="%s",window_days="%s",lengths="%s"}' % (
+            _escape_label(target), summary.get("window_days"), kind)
+        rows.append(("kvpin_watchdog_traffic_tokens_p99_upper", "gauge",
+                     "upper edge of the histogram bucket holding the p99 length (absent when censored)",
+                     labels, summary.get("%s_tokens_p99_upper" % kind)))
+        rows.append(("kvpin_watchdog_traffic_tokens_p99_censored", "gauge",
+                     "1 when the p99 length falls in the +Inf bucket (no upper bound)", labels,
+                     1 if summary.get("%s_tokens_p99_censored" % kind) else 0))
+    return rows
 
 
 def write_textfile(directory: str, target: str, text: str) -> str:

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .exposition import (HistogramWindow, LATENCY_SAMPLE_NAMES, METRIC_NAMES, first_family, histogram_series,
                          parse_page, sum_family)
@@ -194,6 +194,9 @@ class LatencySensor:
         self.preempt_total: Optional[float] = None    # increases summed across restarts
         self.preempt_restart = False
         self.preempt_fell = False
+        # Called with (page body, url) for every page scraped (the daemon's traffic recorder):
+        # measurement reads the page this scrape fetched anyway, never a second request.
+        self.page_hook: Optional[Callable[[object, str], None]] = None
 
     def _new_window(self) -> HistogramWindow:
         return HistogramWindow(float(self.cfg["ttft_quantile"]), int(self.cfg["ttft_min_observations"]),
@@ -228,6 +231,11 @@ class LatencySensor:
                 out["status"] = "metrics scrape failed: status %d" % status
                 return out
             out.update(self.from_text(t, body))
+            if self.page_hook is not None:
+                try:
+                    self.page_hook(body, str(url))
+                except Exception as exc:  # noqa: BLE001 - measurement must not cost the latency signal
+                    out["traffic_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:200])
             del body
             if out["ttft_p95"] is not None or not self.cfg.get("probe_url"):
                 return out

@@ -140,9 +140,13 @@ def test_a_derived_deployment_target_renders_a_runnable_gpustack_watchdog(render
     assert cfg["gpu_indexes"] == [0, 1] and cfg["lock_dir"] == "/run/kvpin-watchdog"
     assert cfg["watchdog_sec"] == 180 and cfg["gpustack_token_file"] == "/etc/kvpin-watchdog/llama-3.1-8b.token"
     assert cfg["memory_blind_seconds"] == 900       # the role's liveness option reaches the program
+    # both state files live in the unit's StateDirectory (the only writable place for them)
+    assert cfg["state_file"] == "/var/lib/kvpin-watchdog/llama-3.1-8b/state.json"
+    assert cfg["traffic_state_file"] == "/var/lib/kvpin-watchdog/llama-3.1-8b/traffic.json"
     assert "verysecret" not in text
     unit = (rendered / "llama-3.1-8b-kvpin-watchdog.service.j2").read_text()
     assert "GPUStack deployment llama-3.1-8b on worker lab-4090x2" in unit
+    assert "StateDirectory=kvpin-watchdog/llama-3.1-8b\n" in unit
 
 
 def test_rendered_unit_is_hardened(rendered):
