@@ -734,14 +734,12 @@ class TrafficRecorder:
 
     def _load(self) -> None:
         try:
-            raw = read_bounded(str(self.path), MAX_STATE_BYTES, "traffic state file")
+            acc = load_state_file(str(self.path))
         except FileNotFoundError:
             return
-        except (OSError, MeasureError) as exc:
+        except OSError as exc:
             self._note("traffic state file %s not read (%s): measuring from now" % (self.path, exc))
             return
-        try:
-            acc = TrafficAccumulator.from_json(raw.decode("utf-8", "replace"), str(self.path))
         except MeasureError as exc:
             self._note("%s: measuring from now" % exc)
             return
@@ -788,11 +786,16 @@ class TrafficRecorder:
         return notes
 
 
+def load_state_file(path: str) -> TrafficAccumulator:
+    """A daemon's saved traffic state (traffic_state_file): at most MAX_STATE_BYTES, every
+    value checked (MeasureError names what is wrong)."""
+    raw = read_bounded(path, MAX_STATE_BYTES, "traffic state file")
+    return TrafficAccumulator.from_json(raw.decode("utf-8", "replace"), path)
+
+
 def read_state_file(path: str) -> Dict[str, object]:
     """measure --state: the summary of a daemon's saved traffic state."""
-    raw = read_bounded(path, MAX_STATE_BYTES, "traffic state file")
-    acc = TrafficAccumulator.from_json(raw.decode("utf-8", "replace"), path)
-    out = acc.summary()
+    out = load_state_file(path).summary()
     out["state_file"] = path
     return out
 
