@@ -52,6 +52,17 @@ options:
     type: list
     elements: dict
     default: []
+  measurements:
+    description:
+      - Also read, in the same round trip, each deployment's measurement file, which its
+        watchdog writes (deployment name to path; C(site.yml) passes the
+        C(kvpin.fleet.serving_watchdog) role's C(serving_watchdog_measurement_files)).
+      - Each is read at most 256 KiB, only from a regular file (never through a symbolic link),
+        and checked as M(kvpin.fleet.serving_plan)'s O(kvpin.fleet.serving_plan#module:measurement)
+        is. A missing or unusable file is answered as such, never a failure.
+      - Returned as C(ansible_facts.kvpin_measurements).
+    type: dict
+    default: {}
   library_dir:
     description:
       - Where nvidia-ml-py is kept when the node's Python does not have it, one unpacked wheel per
@@ -186,6 +197,23 @@ ansible_facts:
           gpustack.service: {properties: {LoadState: loaded, ActiveState: active, SubState: running}, error: null}
         http: {}
         python_packages: {}
+    kvpin_measurements:
+      description:
+        - Per deployment named in O(measurements) - C(path), C(state) (C(read), C(missing) or
+          C(unusable)), C(measurement) (the file's content, valid for
+          M(kvpin.fleet.serving_plan), when read), C(reason) (why not) and C(note) (for an unusable
+          file, the line the plan report prints).
+      returned: when O(measurements) is given
+      type: dict
+      sample:
+        chat:
+          path: /var/lib/kvpin-watchdog/chat/measurement.json
+          state: read
+          reason: null
+          note: null
+          measurement: {traffic: {requests: 4210, prompt_tokens_p99_upper: 9216}, kv_pool: {kv_cache_tokens: 524288},
+                        gpu: NVIDIA L40S, backend_version: 0.32.0, args: [--max-model-len, '16384'],
+                        measured_at: '2026-12-07T06:00:00Z'}
     kvpin_gpus:
       description: The node's NVIDIA GPUs as NVML reports them.
       returned: always
@@ -378,6 +406,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.kvpin.fleet.plugins.module_utils.facts.measurement_files import (
+    MeasurementFilesInputError,
+    parse_measurement_files,
+    read_measurements,
+)
 from ansible_collections.kvpin.fleet.plugins.module_utils.facts.node_state import (
     NodeStateInputError,
     module_command_runner,
@@ -455,6 +488,7 @@ def main():
             required=dict(type='bool', default=False),
             library_path=dict(type='path'),
             observe=dict(type='list', elements='dict', default=[]),
+            measurements=dict(type='dict', default={}),
             library_dir=dict(type='path', default=LIBRARY_DIR_DEFAULT),
             library_wheel=dict(type='dict', options=dict(
                 name=dict(type='str', required=True),
@@ -468,6 +502,10 @@ def main():
         checks = parse_checks(module.params['observe'])
     except NodeStateInputError as exc:
         module.fail_json(msg='observe: %s' % exc, check=exc.check, field=exc.field)
+    try:
+        measurement_files = parse_measurement_files(module.params['measurements'])
+    except MeasurementFilesInputError as exc:
+        module.fail_json(msg='measurements: %s' % exc, field='measurements')
     wheel = None
     sent = module.params['library_wheel']
     if pynvml is None and sent:
@@ -504,6 +542,8 @@ def main():
     ansible_facts = dict(kvpin_gpus=facts)
     if checks:
         ansible_facts['kvpin_node_observed'] = observe(checks, run_command=module_command_runner(module))
+    if measurement_files:
+        ansible_facts['kvpin_measurements'] = read_measurements(measurement_files)
     # Changed only when a sent wheel was unpacked (in check mode: would have been).
     module.exit_json(changed=pynvml_from == 'library_wheel', pynvml_from=pynvml_from, ansible_facts=ansible_facts)
 

@@ -241,13 +241,16 @@ def build_plan(params, resolve_model=None, planners=None):
                              params.get('max_concurrency'))
     source = measured_traffic.check_traffic_source(params.get('traffic_source'))
     measurement = measured_traffic.check_measurement(params.get('measurement'))
-    if source != measured_traffic.DEFAULT_TRAFFIC_SOURCE and (measurement is None or measurement['traffic'] is None):
-        raise PlanInputError('traffic_source', '%s needs measurement.traffic (the watchdog\'s measure '
-                                               'summary of this deployment); none given' % source)
-    if measurement is None:
+    if measurement is None and source == measured_traffic.DEFAULT_TRAFFIC_SOURCE:
         return measurable(plan_for_traffic(params, declared, resolve_model, planners))
+    # traffic_source measured / larger without a measurement (a new deployment, a watchdog that
+    # has not measured yet): the declared traffic, and the plan says why (choose_traffic).
     traffic, check = measured_traffic.choose_traffic(declared, measurement, source)
     plan = measurable(plan_for_traffic(params, traffic, resolve_model, planners))
+    if measurement is None or measurement['traffic'] is None:
+        plan.warnings.append('traffic_source %s: no traffic measured for this deployment yet (its watchdog '
+                             'writes the measurement the next run reads): planned from the declared traffic'
+                             % source)
     kv = measured_traffic.kv_check(plan, measurement)
     if kv is not None and kv['short'] and backend == BACKEND_VLLM and plan.feasible:
         seqs, seq_tokens = measured_traffic.resized_max_num_seqs(plan, traffic, kv['actual_kv_cache_tokens'])

@@ -56,6 +56,24 @@ def due_args(plan, at):
     return profiles[due]
 
 
+def measurement_context(plan):
+    """What a plan tells its engine, for the watchdog to tag the KV pool it reads back with
+    (serving_plan's ``measurement`` gpu / backend_version / args): the card (the first GPU's
+    name; the planner compares it with every card of the plan), the engine version and the args.
+    None for no plan, and for a ``scheduled`` plan, whose engine switches args by the hour: a
+    pool read back from it is not attributed to one set of args."""
+    if not isinstance(plan, dict) or scheduled_profiles(plan) is not None:
+        return None
+    args = plan.get('args')
+    memory = plan.get('memory') or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return None
+    gpu = memory[0].get('name') if memory and isinstance(memory[0], dict) else None
+    return {'gpu': gpu if isinstance(gpu, str) and gpu else None,
+            'backend_version': plan.get('backend_version') if isinstance(plan.get('backend_version'), str) else None,
+            'args': list(args)}
+
+
 def watchdog_targets(deployments, server_url, api_key=None, api_version=API_VERSION_AUTO, worker_name=None,
                      worker_runtime='container', plans=None):
     """[{name, gpustack_deployment, gpustack_server, gpustack_api_key, gpustack_api_version,
@@ -120,10 +138,14 @@ def watchdog_targets(deployments, server_url, api_key=None, api_version=API_VERS
             target['memory_limit_bytes'] = extra['memory_limit_bytes']
         if extra.get('settings'):
             target['settings'] = extra['settings']
-        scheduled = scheduled_profiles(plan_of.get(deployment['name']))
+        plan = plan_of.get(deployment['name'])
+        scheduled = scheduled_profiles(plan)
         if pending and deployment.get('traffic_classes') is not None:
             target['profiles'], target['profile_schedule'] = {}, []
         elif scheduled:
             target['profiles'], target['profile_schedule'] = scheduled
+        context = measurement_context(plan)
+        if context is not None:
+            target['measurement_context'] = context
         targets.append(target)
     return targets

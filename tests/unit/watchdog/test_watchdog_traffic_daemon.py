@@ -217,7 +217,136 @@ def test_cli_measure_state_prints_the_saved_window(wd, tmp_path, engine):
     assert proc.returncode == 2 and "window_days" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# The real engine's two starts (process_start_time_seconds of the recorded pages).
+ENGINE_1_START = 1796541382.52
+ENGINE_2_START = 1796541451.05
+CONTEXT = {"gpu": "NVIDIA L40S", "backend_version": "0.32.0",
+           "args": ["--max-model-len", "4096", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.92"]}
+
+
+def _measuring(wd, tmp_path, url, context="the plan's", **over):
+    context = CONTEXT if context == "the plan's" else context
+    over.setdefault("measurement_file", str(tmp_path / "measurement.json"))
+    return _cfg(wd, tmp_path, url, measurement_context=context, **over)
+
+
+def _measurement(tmp_path):
+    return json.loads((tmp_path / "measurement.json").read_text())
+
+
+def test_the_measurement_file_is_what_serving_plan_reads(wd, tmp_path, engine):
+    """Written with the state, in serving_plan's `measurement` shape: the planner's own check
+    accepts it, and its figures are the daemon's."""
+    from ansible_collections.kvpin.fleet.plugins.module_utils.plan import measured_traffic
+
+    handler, url = engine
+    clock = Clock(T0)                          # the watchdog (and its context) before the engine
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url), out=io.StringIO(), clock=clock)
+    _tick_pages(daemon, handler, clock, PAGES)
+    daemon.traffic.save()
+    written = _measurement(tmp_path)
+    assert sorted(written) == sorted(measured_traffic.MEASUREMENT_KEYS)
+    checked = measured_traffic.check_measurement(written)
+    assert checked["traffic"]["requests"] == 42 and checked["traffic"]["rejected"] == 1
+    assert checked["traffic"]["max_concurrency"] == 3 and checked["hours"]
+    assert checked["kv_pool"]["kv_cache_tokens"] == 524288
+    assert (checked["gpu"], checked["backend_version"], checked["args"]) == (
+        CONTEXT["gpu"], CONTEXT["backend_version"], CONTEXT["args"])
+    assert written["measured_at"] == "2026-12-06T07:04:00Z"
+
+
+def test_a_pool_from_an_engine_older_than_the_context_is_not_attributed(wd, tmp_path, engine):
+    """The watchdog got this plan's context after the engine started (a replan: the role rewrites
+    the watchdog before GPUStack restarts the engine): that engine may run other args, so its
+    pool goes home without card, version and args (the planner then never resizes on it); the
+    engine started after the context (the restart, page 4) is attributed."""
+    handler, url = engine
+    clock = Clock(ENGINE_1_START + 10)
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url), out=io.StringIO(), clock=clock)
+    _tick_pages(daemon, handler, clock, PAGES[:3])             # the first engine, started before
+    written = _measurement(tmp_path)
+    assert written["kv_pool"]["kv_cache_tokens"] == 524288
+    assert (written["gpu"], written["backend_version"], written["args"]) == (None, None, None)
+    _tick_pages(daemon, handler, clock, PAGES[3:])             # the engine restarted under the context
+    daemon.traffic.save()
+    written = _measurement(tmp_path)
+    assert written["args"] == CONTEXT["args"] and written["gpu"] == CONTEXT["gpu"]
+
+
+def test_a_watchdog_restart_keeps_the_attribution_and_a_new_context_does_not_take_it(wd, tmp_path, engine):
+    handler, url = engine
+    clock = Clock(T0)
+    first = wd.Daemon(_measuring(wd, tmp_path, url), out=io.StringIO(), clock=clock)
+    _tick_pages(first, handler, clock, PAGES[:2])
+    first.traffic.save()
+    # The same plan, the watchdog restarted long after the engine: the engine keeps its context.
+    clock.t = ENGINE_1_START + 600
+    same = wd.Daemon(_measuring(wd, tmp_path, url), out=io.StringIO(), clock=clock)
+    _tick_pages(same, handler, clock, PAGES[2:3])
+    same.traffic.save()
+    assert _measurement(tmp_path)["args"] == CONTEXT["args"]
+    # A replan (other args) while the same engine still runs: the pool stays the old args'.
+    replanned = dict(CONTEXT, args=["--max-model-len", "2048", "--max-num-seqs", "16"])
+    clock.t += 60
+    new = wd.Daemon(_measuring(wd, tmp_path, url, context=replanned), out=io.StringIO(), clock=clock)
+    handler.body = read(PAGES[2])
+    new.tick()
+    new.traffic.save()
+    assert _measurement(tmp_path)["args"] == CONTEXT["args"]
+    assert new.traffic.acc.context["args"] == replanned["args"]
+
+
+def test_without_a_context_the_pool_goes_home_unattributed(wd, tmp_path, engine):
+    handler, url = engine
+    clock = Clock(T0)
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url, context=None), out=io.StringIO(), clock=clock)
+    _tick_pages(daemon, handler, clock, PAGES)
+    daemon.traffic.save()
+    written = _measurement(tmp_path)
+    assert written["kv_pool"]["kv_cache_tokens"] == 524288 and written["args"] is None
+
+
+def test_an_unwritable_measurement_file_is_a_note(wd, tmp_path, engine):
+    handler, url = engine
+    clock = Clock(T0)
+    out = io.StringIO()
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url, measurement_file=str(tmp_path / "no" / "m.json")),
+                       out=out, clock=clock)
+    _tick_pages(daemon, handler, clock, PAGES[:2])
+    notes = _events(out, "traffic")
+    assert len(notes) == 1 and "measurement file" in notes[0]["detail"] and "not written" in notes[0]["detail"]
+    assert daemon.state["traffic"]["requests"] == 16
+
+
+@pytest.mark.parametrize("content, note", [
+    (b'{"format": "kvpin-traffic/1", "window_days": 7, "scrapes": 0, "restarts_seen": 0, '
+     b'"requests_before_first_scrape": 0, "slots": [], "kv_pool_context": {"args": "--max-num-seqs 8"}}',
+     "kv_pool_context"),
+    (b'{"format": "kvpin-traffic/1", "window_days": 7, "scrapes": 0, "restarts_seen": 0, '
+     b'"requests_before_first_scrape": 0, "slots": [], "kv_pool_start_time": -5}', "kv_pool_start_time"),
+    (b'{"format": "kvpin-traffic/1", "window_days": 7, "scrapes": 0, "restarts_seen": 0, '
+     b'"requests_before_first_scrape": 0, "slots": [], "context": {"gpu": "x"}}', "context"),
+], ids=["args-not-a-list", "negative-start", "context-without-since"])
+def test_a_bad_attribution_in_the_state_file_is_a_note(wd, tmp_path, engine, content, note):
+    handler, url = engine
+    (tmp_path / "traffic.json").write_bytes(content)
+    out = io.StringIO()
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url), out=out, clock=Clock(T0))
+    handler.body = read(PAGES[0])
+    daemon.tick()
+    notes = _events(out, "traffic")
+    assert len(notes) == 1 and note in notes[0]["detail"] and "measuring from now" in notes[0]["detail"]
+    assert daemon.traffic.acc.scrapes == 1 and _measurement(tmp_path)["kv_pool"]["kv_cache_tokens"] == 524288
+
+
 @pytest.mark.parametrize("key, value, message", [
+    ("measurement_file", "", "measurement_file"),
+    ("measurement_context", ["gpu"], "measurement_context must be a mapping"),
+    ("measurement_context", {"gpu": "x", "host": "y"}, "measurement_context must be a mapping"),
+    ("measurement_context", {"gpu": "a\nb"}, "measurement_context.gpu"),
+    ("measurement_context", {"backend_version": 32}, "measurement_context.backend_version"),
+    ("measurement_context", {"args": "--max-num-seqs 8"}, "measurement_context.args"),
+    ("measurement_context", {"args": ["x" * 5000]}, "measurement_context.args"),
     ("traffic_window_days", 0, "traffic_window_days"),
     ("traffic_window_days", 30, "traffic_window_days"),
     ("traffic_window_days", 1.5, "traffic_window_days"),

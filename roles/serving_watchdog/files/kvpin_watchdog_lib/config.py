@@ -91,6 +91,12 @@ DEFAULTS: Dict[str, object] = {
     "traffic_save_seconds": 300,       # the state file and the exported figures, this often
     "traffic_window_days": 7,
     "traffic_state_file": None,        # JSON state kept across watchdog restarts (the role sets it)
+    # What the plan phase reads back (site.yml's probe): the measurement in serving_plan's
+    # `measurement` shape, written with the state file. measurement_context is what the plan
+    # told this deployment's engine ({gpu, backend_version, args}); the KV pool read back is
+    # tagged with it only for an engine that started under it (measure.TrafficRecorder).
+    "measurement_file": None,
+    "measurement_context": None,
     # Latency signal.
     "metrics_url": None,               # Prometheus text endpoint (vLLM /metrics)
     "probe_url": None,                 # OpenAI /v1/completions for engines without a histogram
@@ -239,7 +245,7 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
 STRING_KEYS = ("name", "unit", "container", "cgroup_path", "cgroup_root", "proc_root", "metrics_url",
                "probe_url", "gpustack_server", "gpustack_token_file", "drain_url", "lock_file",
                "textfile_dir", "gpustack_deployment", "gpustack_worker_name", "engine_host",
-               "metrics_path", "lock_dir", "state_file", "traffic_state_file")
+               "metrics_path", "lock_dir", "state_file", "traffic_state_file", "measurement_file")
 CHOICES = {
     "actuator": ACTUATORS,
     "container_runtime": ("podman", "docker"),
@@ -297,6 +303,32 @@ def profiles_problems(profiles: object) -> List[str]:
                      for a in args):
             errors.append("profiles.%s: every backend parameter must be a non-empty single-line string of at most "
                           "%d characters" % (name, MAX_PROFILE_ARG_CHARS))
+    return errors
+
+
+MAX_CONTEXT_TEXT = 256
+
+
+def measurement_context_problems(context: object) -> List[str]:
+    """What is wrong with a `measurement_context` ({gpu, backend_version, args}: what the plan
+    told the engine), each naming the key; None (not known) is fine."""
+    if context is None:
+        return []
+    if not isinstance(context, dict) or not set(context) <= {"gpu", "backend_version", "args"}:
+        return ["measurement_context must be a mapping of gpu, backend_version and args"]
+    errors = []
+    for key in ("gpu", "backend_version"):
+        value = context.get(key)
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= MAX_CONTEXT_TEXT
+                                  or any(ord(c) < 32 for c in value)):
+            errors.append("measurement_context.%s must be a single-line string of 1..%d characters"
+                          % (key, MAX_CONTEXT_TEXT))
+    args = context.get("args")
+    if args is not None and (not isinstance(args, list) or len(args) > MAX_PROFILE_ARGS or not all(
+            isinstance(a, str) and 0 < len(a) <= MAX_PROFILE_ARG_CHARS and not any(ord(c) < 32 for c in a)
+            for a in args)):
+        errors.append("measurement_context.args must be a list of at most %d single-line strings of at most "
+                      "%d characters" % (MAX_PROFILE_ARGS, MAX_PROFILE_ARG_CHARS))
     return errors
 
 
@@ -415,6 +447,7 @@ def validate_config(cfg: Dict[str, object]) -> List[str]:
             errors.append("memory_blind_seconds (%g s) must be 0 (never) or at least two intervals "
                           "(2 x interval_seconds = %g s): one failed sample is no blindness" % (
                               blind, 2 * float(cfg["interval_seconds"])))
+    errors.extend(measurement_context_problems(cfg.get("measurement_context")))
     errors.extend(profiles_problems(cfg.get("profiles")))
     errors.extend(schedule_problems(cfg.get("profile_schedule"), cfg.get("profiles")))
     if cfg.get("pre_recycle_command") is not None and (

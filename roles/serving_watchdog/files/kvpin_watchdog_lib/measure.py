@@ -26,6 +26,12 @@ KV cache size: N tokens", "Explicitly set (X/Y) GiB for KV cache"). Reads at mos
 from the start of the log; the last start in them wins. llama-box, which exports no length
 histogram, states each finished request's lengths in one log line (``parse_llamabox_request_line``).
 
+Home to the plan (``TrafficRecorder.measurement``): with the state, the daemon writes
+``measurement_file`` in serving_plan's ``measurement`` shape, which site.yml's probe reads. The
+KV pool in it carries the card, engine version and args only when the engine that reported it
+started after the watchdog got the plan's current ``measurement_context``: never a pool from an
+engine that ran with other args.
+
 Bad input (a page or log that is not text, no histogram, NaN or negative counts, buckets that
 decrease, a page over the size limit) raises MeasureError naming the source, the series and
 the numbers; the accumulator is left exactly as it was (nothing lost).
@@ -433,6 +439,13 @@ class TrafficAccumulator:
         self.layouts_seen: List[List[float]] = []
         self.requests_before_first_scrape = 0
         self.kv_pool: Optional[Dict[str, object]] = None
+        # Which engine the pool belongs to (its start time; None: the page does not say) and
+        # what the plan told that engine, when that is known (TrafficRecorder.attribute).
+        self.kv_pool_start_time: Optional[float] = None
+        self.kv_pool_context: Optional[Dict[str, object]] = None
+        # What the plan tells the engine now, and since when (the recorder's, kept here so a
+        # watchdog restart under the same plan keeps the time it was first applied).
+        self.context: Optional[Dict[str, object]] = None
         self.kv_cache_usage_name: Optional[str] = None
         self.last_reset_reason: Optional[str] = None
 
@@ -524,7 +537,12 @@ class TrafficAccumulator:
             self.restarts_seen += 1
             self.last_reset_reason = reset
         if scrape.kv_pool is not None:
+            if reset is not None or scrape.start_time != self.kv_pool_start_time or scrape.kv_pool != self.kv_pool:
+                # Another engine (or the same one reporting another pool): whatever the old
+                # pool was attributed to says nothing about this one.
+                self.kv_pool_context = None
             self.kv_pool = scrape.kv_pool
+            self.kv_pool_start_time = scrape.start_time
         if scrape.names.get("kv_cache_usage"):
             self.kv_cache_usage_name = scrape.names["kv_cache_usage"]
         self.last = self._snapshot(scrape, t)
@@ -593,6 +611,8 @@ class TrafficAccumulator:
                 "layouts_seen": self.layouts_seen,
                 "requests_before_first_scrape": self.requests_before_first_scrape,
                 "kv_pool": self.kv_pool, "kv_cache_usage_metric": self.kv_cache_usage_name,
+                "kv_pool_start_time": self.kv_pool_start_time, "kv_pool_context": self.kv_pool_context,
+                "context": self.context,
                 "last": self.last, "slots": [self.slots[k] for k in sorted(self.slots)]}
 
     def to_json(self) -> str:
@@ -643,7 +663,33 @@ class TrafficAccumulator:
         acc.kv_pool = state.get("kv_pool")
         need(acc.kv_pool is None or isinstance(acc.kv_pool, dict), "kv_pool must be an object")
         acc.kv_cache_usage_name = state.get("kv_cache_usage_metric")
+        start = state.get("kv_pool_start_time")
+        need(start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)
+                               and math.isfinite(start) and start >= 0),
+             "kv_pool_start_time must be a time >= 0 or null")
+        acc.kv_pool_start_time = start
+        context = state.get("kv_pool_context")
+        need(context is None or _context_ok(context), "kv_pool_context is not a {gpu, backend_version, args, "
+                                                      "since} object")
+        acc.kv_pool_context = context
+        current = state.get("context")
+        need(current is None or (_context_ok(current) and current.get("since") is not None),
+             "context is not a {gpu, backend_version, args, since} object")
+        acc.context = current
         return acc
+
+
+def _context_ok(context: object) -> bool:
+    """A measurement context as the recorder keeps it (config.measurement_context + since)."""
+    if not isinstance(context, dict) or not set(context) <= {"gpu", "backend_version", "args", "since"}:
+        return False
+    since = context.get("since")
+    args = context.get("args")
+    texts_ok = all(context.get(k) is None or isinstance(context[k], str) for k in ("gpu", "backend_version"))
+    args_ok = args is None or (isinstance(args, list) and all(isinstance(a, str) for a in args))
+    since_ok = since is None or (isinstance(since, (int, float)) and not isinstance(since, bool)
+                                 and math.isfinite(since))
+    return texts_ok and args_ok and since_ok
 
 
 def _bounds_ok(bounds: object) -> bool:
@@ -714,6 +760,11 @@ class TrafficRecorder:
     def __init__(self, cfg: Dict[str, object], clock=time.time):
         self.clock = clock
         self.enabled = bool(cfg.get("traffic_measure", True))
+        self.measurement_path = cfg.get("measurement_file")
+        given = cfg.get("measurement_context")
+        self.context = None if not given else {
+            "gpu": given.get("gpu"), "backend_version": given.get("backend_version"),
+            "args": None if given.get("args") is None else list(given["args"])}
         self.scrape_every = float(cfg.get("traffic_scrape_seconds") or 60)
         self.save_every = float(cfg.get("traffic_save_seconds") or 300)
         self.path = cfg.get("traffic_state_file")
@@ -727,6 +778,7 @@ class TrafficRecorder:
         self.restart_reason: Optional[str] = None
         if self.enabled and self.path:
             self._load()
+        self._apply_context()
 
     def _note(self, text: str) -> None:
         if len(self.notes) < 16:
@@ -746,6 +798,44 @@ class TrafficRecorder:
         acc.set_window_days(self.window_days)
         self.acc = acc
         self.summary = acc.summary(hours=False)
+
+    def _apply_context(self) -> None:
+        """The plan's context, since when it applies: the saved time when the state was kept
+        under the same context (a watchdog restart), else now (a replan, or the first start)."""
+        if self.context is None:
+            self.acc.context = None
+            return
+        saved = self.acc.context or {}
+        same = {k: saved.get(k) for k in ("gpu", "backend_version", "args")} == self.context
+        since = saved.get("since") if same and saved.get("since") is not None else float(self.clock())
+        self.acc.context = dict(self.context, since=since)
+
+    def attribute(self) -> None:
+        """Tag the engine's KV pool with what the plan told it, when that is certain: the engine
+        started after the plan's context applied here. The role rewrites this watchdog (a new
+        context) before GPUStack restarts the engine with the new args, so an engine started
+        earlier ran with earlier args: its pool stays unattributed (or keeps the context it got
+        when it started), and a replan never sizes on a pool measured under other args."""
+        acc = self.acc
+        if (acc.kv_pool is not None and acc.kv_pool_context is None and acc.context is not None
+                and acc.kv_pool_start_time is not None and acc.kv_pool_start_time >= acc.context["since"]):
+            acc.kv_pool_context = dict(acc.context)
+
+    def measurement(self, now: float) -> Dict[str, object]:
+        """What the plan phase reads (serving_plan's ``measurement``): the traffic summary per
+        hour, the engine's KV pool and the card, version and args it belongs to (null when
+        not attributed), and when it was written."""
+        acc = self.acc
+        pool = acc.kv_pool or {}
+        context = acc.kv_pool_context or {}
+        tokens = pool.get("kv_cache_tokens")
+        kv_pool = None
+        if isinstance(tokens, int) and tokens >= 1:
+            kv_pool = {key: pool.get(key) for key in ("kv_cache_tokens", "kv_cache_bytes", "weights_bytes")}
+        return {"traffic": acc.summary(hours=True), "kv_pool": kv_pool,
+                "gpu": context.get("gpu"), "backend_version": context.get("backend_version"),
+                "args": context.get("args"),
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
 
     def note_restart(self, why: str) -> None:
         """The daemon saw a new engine process: the next page's counters start from 0."""
@@ -767,6 +857,7 @@ class TrafficRecorder:
                 self._note("traffic not measured from %s: %s" % (source, exc))
             return
         self.restart_reason = None
+        self.attribute()
         self.summary = self.acc.summary(hours=False)
         if self.last_saved is None or now - self.last_saved >= self.save_every:
             self.save(now)
@@ -780,6 +871,13 @@ class TrafficRecorder:
         except (OSError, MeasureError) as exc:
             self._note("traffic state file %s not written (%s): the measurement lasts until the "
                        "watchdog restarts" % (self.path, exc))
+        if self.measurement_path:
+            text = json.dumps(self.measurement(self.last_saved), sort_keys=True, separators=(",", ":"))
+            try:
+                write_file_atomically(str(self.measurement_path), text + "\n", ".kvpin-watchdog-measurement-")
+            except OSError as exc:
+                self._note("measurement file %s not written (%s): the plan phase reads the last one"
+                           % (self.measurement_path, exc))
 
     def drain_notes(self) -> List[str]:
         notes, self.notes = self.notes, []

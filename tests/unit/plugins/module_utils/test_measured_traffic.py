@@ -5,7 +5,6 @@ import json
 import pytest
 
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan import measured_traffic as mt
-from ansible_collections.kvpin.fleet.plugins.module_utils.plan.plan_types import PlanInputError
 from ansible_collections.kvpin.fleet.plugins.module_utils.plan.serving_plan import (
     build_plan, plan_report, serving_plan_result)
 
@@ -147,9 +146,17 @@ def test_histogram_bounds_stay_within_the_measurable_limit(max_model_len):
     assert all(b / a <= 1.1 + 1e-9 for a, b in zip(top, top[1:]))
 
 
-def test_traffic_source_needs_a_measurement_and_not_with_classes():
-    with pytest.raises(PlanInputError, match='traffic_source'):
-        build_plan(dict(BASE, traffic_source='measured'))
+def test_traffic_source_without_a_measurement_keeps_the_declaration_and_not_with_classes():
+    # A deployment new to the fleet has no measurement yet (its watchdog writes the first one
+    # after the rollout): the declared traffic is planned, and the plan says why.
+    declared = build_plan(dict(BASE))
+    for source in ('measured', 'larger'):
+        plan = build_plan(dict(BASE, traffic_source=source))
+        assert plan.args == declared.args
+        assert any('no traffic measured for this deployment yet' in w for w in plan.warnings)
+        rows = plan.measured['traffic']['figures']
+        assert all(r['used'] == r['declared'] and 'no traffic measured' in r['reason'] for r in rows)
+        assert plan.measured['kv_pool'] is None
     result = serving_plan_result(dict(BASE, measurement=measurement(), prompt_tokens_p99=None,
                                       max_output_tokens=None, max_concurrency=None,
                                       traffic_classes=[dict(name='a', prompt_tokens_p99=1, max_output_tokens=1,

@@ -55,6 +55,10 @@ def test_a_scheduled_plan_gives_its_target_the_profiles_and_the_schedule():
     assert llama['profiles'] == {'chat': ['--max-num-seqs=64'], 'batch': ['--max-num-seqs=4', '--max-model-len=32768']}
     assert llama['profile_schedule'] == [{'at': '00:00', 'profile': 'batch'}, {'at': '07:00', 'profile': 'chat'}]
     assert 'profiles' not in qwen and 'profile_schedule' not in qwen
+    # What the plan tells the engine, for the KV pool the watchdog reads back (none when the
+    # engine switches args by the hour).
+    assert qwen['measurement_context'] == {'gpu': None, 'backend_version': None, 'args': ['-c', '4096']}
+    assert 'measurement_context' not in llama
     # Without plans (or with an infeasible one: no plan key) nothing changes.
     assert DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native') == \
         DERIVE(DEPLOYMENTS, 'http://gs:80', 'key', 'v1', 'node-a', 'native', [{'deployment': {'name': 'qwen'}}])

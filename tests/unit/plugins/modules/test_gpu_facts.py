@@ -421,3 +421,30 @@ def test_a_bad_sent_wheel_fails_naming_the_field_and_writes_nothing(tmp_path, st
         assert result['field'] == field and result['msg'].startswith(field + ': ') and problem in result['msg'], result['msg']
         assert 'ansible_facts' not in result
         assert not library_dir.exists()
+
+
+def test_measurements_are_read_in_the_same_run(tmp_path, stub_library):
+    # site.yml's probe: each deployment's measurement file, read back for the plan.
+    good = tmp_path / 'chat.json'
+    good.write_text(json.dumps({'traffic': {'requests': 400, 'prompt_tokens_p99_upper': 2048},
+                                'kv_pool': {'kv_cache_tokens': 524288}, 'gpu': 'NVIDIA GeForce RTX 4090',
+                                'backend_version': '0.32.0', 'args': ['--max-num-seqs=8'],
+                                'measured_at': '2026-12-07T06:00:00Z'}))
+    bad = tmp_path / 'code.json'
+    bad.write_text('{"traffic": {"requests": "many"}}')
+    result = run_module(tmp_path, {
+        'library_path': stub_library,
+        'measurements': {'chat': str(good), 'code': str(bad), 'new': str(tmp_path / 'new.json')},
+    }, stub_config=fixture_path('lab-4090x2'))
+    assert result['changed'] is False
+    read = result['ansible_facts']['kvpin_measurements']
+    assert read['chat']['state'] == 'read' and read['chat']['measurement']['kv_pool'] == {'kv_cache_tokens': 524288}
+    assert read['code']['state'] == 'unusable' and 'measurement.traffic.requests' in read['code']['note']
+    assert read['new']['state'] == 'missing' and read['new']['note'] is None
+
+
+def test_bad_measurements_option_fails_naming_the_field(tmp_path, stub_library):
+    result = run_module(tmp_path, {'library_path': stub_library, 'measurements': {'chat': 'relative.json'}},
+                        stub_config=fixture_path('lab-4090x2'))
+    assert result['failed'] is True and result['field'] == 'measurements'
+    assert result['msg'] == "measurements: chat: path must be an absolute path, got 'relative.json'"

@@ -92,7 +92,9 @@ EXTRA = {
         {"name": "llama-3.1-8b", "gpustack_deployment": "llama-3.1-8b", "gpustack_server": "http://127.0.0.1:9",
          "gpustack_api_key": "gpustack_abc_verysecret", "gpustack_api_version": "v1",
          "gpustack_worker_name": "lab-4090x2", "engine_runtime": "native", "gpu_indexes": [0, 1],
-         "metrics_path": "/metrics"},
+         "metrics_path": "/metrics",
+         "measurement_context": {"gpu": "NVIDIA GeForce RTX 4090", "backend_version": "0.32.0",
+                                 "args": ["--max-model-len=16384", "--max-num-seqs=8"]}},
     ],
 }
 
@@ -143,6 +145,9 @@ def test_a_derived_deployment_target_renders_a_runnable_gpustack_watchdog(render
     # both state files live in the unit's StateDirectory (the only writable place for them)
     assert cfg["state_file"] == "/var/lib/kvpin-watchdog/llama-3.1-8b/state.json"
     assert cfg["traffic_state_file"] == "/var/lib/kvpin-watchdog/llama-3.1-8b/traffic.json"
+    # the measurement site.yml's probe reads back, and what the plan told the engine
+    assert cfg["measurement_file"] == "/var/lib/kvpin-watchdog/llama-3.1-8b/measurement.json"
+    assert cfg["measurement_context"] == EXTRA["serving_watchdog_targets"][2]["measurement_context"]
     assert "verysecret" not in text
     unit = (rendered / "llama-3.1-8b-kvpin-watchdog.service.j2").read_text()
     assert "GPUStack deployment llama-3.1-8b on worker lab-4090x2" in unit
