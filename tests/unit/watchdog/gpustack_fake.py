@@ -27,6 +27,8 @@ class FakeGPUStack:
         self.on_put = None         # callable(model) -> None: what the server does on an update
         self.put_status = None     # answer every PUT with this status (and change nothing)
         self.bodies = []           # (method, path, decoded JSON body) of every PUT
+        self.logs = {}             # instance id -> its engine log (bytes), GET .../logs
+        self.logs_redirect = None  # answer GET .../logs with a 302 to this URL instead
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -74,6 +76,17 @@ class FakeGPUStack:
                     if fake.on_put:
                         fake.on_put(found[0])
                     return self._reply(200, found[0])
+                if route.startswith("/model-instances/") and route.endswith("/logs") and self.command == "GET":
+                    iid = int(route.split("/")[2])
+                    if fake.logs_redirect:
+                        self.send_response(302)
+                        self.send_header("Location", fake.logs_redirect)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return None
+                    if iid not in fake.logs:
+                        return self._reply(404, {"message": "no log"})
+                    return self._reply(200, fake.logs[iid], "text/plain")
                 if route.startswith("/model-instances/") and self.command == "DELETE":
                     iid = int(route.rsplit("/", 1)[1])
                     gone = [i for i in fake.instances if i["id"] == iid]

