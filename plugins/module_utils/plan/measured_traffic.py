@@ -118,7 +118,16 @@ def _figures(key, summary):
         if upper is not None and lower is not None and lower > upper:
             raise _error('%s.%s_tokens_p99_lower' % (key, side), 'is %r, above the upper bound %r'
                          % (lower, upper))
+        # The 95 %-confidence bound of the p99 (the watchdog's measure gives it from 299 requests
+        # on): absent in older or hand-made summaries, None when it lies in +Inf.
+        confident = _number('%s.%s_tokens_p99_upper_95' % (key, side),
+                            summary.get('%s_tokens_p99_upper_95' % side), MAX_TOKENS_PER_REQUEST)
+        if confident is not None and upper is not None and confident < upper:
+            raise _error('%s.%s_tokens_p99_upper_95' % (key, side), 'is %r, below the p99 bound %r (a confidence '
+                         'bound of the p99 is never below the sample p99)' % (confident, upper))
         out['%s_upper' % side] = upper
+        out['%s_upper_95' % side] = confident
+        out['%s_has_95' % side] = '%s_tokens_p99_upper_95' % side in summary
         out['%s_lower' % side] = lower
         out['%s_censored' % side] = _flag('%s.%s_tokens_p99_censored' % (key, side),
                                           summary.get('%s_tokens_p99_censored' % side))
@@ -214,11 +223,21 @@ def _bound(figure, window, hours):
     if side == 'generation' and window['length_truncated'] > TRUNCATED_SHARE * n:
         return None, ('%d of %d requests were cut at their length limit (> %g %%): the output p99 is the '
                       'cap, not the demand' % (window['length_truncated'], n, TRUNCATED_SHARE * 100))
-    upper = max(f['%s_upper' % side] for _where, f in strata)
-    where = [w for w, f in strata if f['%s_upper' % side] == upper][0]
+    confident = all(f['%s_has_95' % side] for _where, f in strata)
+    if confident:
+        for where, figures in strata:
+            if figures['%s_upper_95' % side] is None:
+                return None, ('the 95 %%-confidence bound of the p99 of %s is in the +Inf bucket (censored: pin '
+                              'finer buckets or a larger max_model_len to measure it)' % where)
+    key = '%s_upper_95' % side if confident else '%s_upper' % side
+    upper = max(f[key] for _where, f in strata)
+    where = [w for w, f in strata if f[key] == upper][0]
+    what = ('the bucket holding the 95 %-confidence bound of the p99 (the order statistic at or above the '
+            'p99 with 95 % confidence, distribution-free)' if confident else
+            'the bucket holding the sample p99 (this measurement carries no 95 % bound)')
     return max(1, int(math.ceil(upper))), (
-        'upper edge %d of the bucket holding the p99 (largest over the window and the %d hour(s) with '
-        '>= %d requests: %s), %d requests' % (upper, len(strata) - 1, MIN_REQUESTS, where, n))
+        'upper edge %d of %s, largest over the window and the %d hour(s) with >= %d requests: %s; %d requests'
+        % (upper, what, len(strata) - 1, MIN_REQUESTS, where, n))
 
 
 def _drift(figure, declared, window, bound):

@@ -87,6 +87,7 @@ def test_the_daemon_measures_what_the_real_engine_served(wd, tmp_path, engine):
     assert 'kvpin_watchdog_traffic_tokens_p99_upper{target="tiny",window_days="7",lengths="prompt"} 2048' in text
     assert 'kvpin_watchdog_engine_kv_cache_tokens{target="tiny"} 524288' in text
     assert 'kvpin_watchdog_traffic_enough_requests{target="tiny",window_days="7"} 0' in text
+    assert "kvpin_watchdog_traffic_tokens_p99_upper_95{" not in text     # 42 requests: no 95 % bound yet
     assert _events(out, "decision")                           # the memory signal went on as before
 
 

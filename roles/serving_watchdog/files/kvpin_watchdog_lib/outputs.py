@@ -160,6 +160,10 @@ def _traffic_rows(target: str, label: str, state: Dict[str, object]) -> list:
         rows.append(("kvpin_watchdog_traffic_tokens_p99_upper", "gauge",
                      "upper edge of the histogram bucket holding the p99 length (absent when censored)",
                      labels, summary.get("%s_tokens_p99_upper" % kind)))
+        rows.append(("kvpin_watchdog_traffic_tokens_p99_upper_95", "gauge",
+                     "upper edge of the bucket holding the 95 %-confidence bound of the p99 length, what a "
+                     "plan sizes on (absent below 299 requests or when censored)",
+                     labels, summary.get("%s_tokens_p99_upper_95" % kind)))
         rows.append(("kvpin_watchdog_traffic_tokens_p99_censored", "gauge",
                      "1 when the p99 length falls in the +Inf bucket (no upper bound)", labels,
                      1 if summary.get("%s_tokens_p99_censored" % kind) else 0))

@@ -167,3 +167,36 @@ def test_traffic_source_without_a_measurement_keeps_the_declaration_and_not_with
 def test_without_measurement_the_plan_dict_has_no_measured_key():
     assert 'measured' not in build_plan(BASE).to_dict()
     assert build_plan(dict(BASE, measurement=measurement())).to_dict()['measured']['traffic']['requests'] == 1000
+
+
+def _with_95(prompt_95, gen_95=600, **kw):
+    out = measurement(**kw)
+    out['traffic'].update(prompt_tokens_p99_upper_95=prompt_95, generation_tokens_p99_upper_95=gen_95)
+    return out
+
+
+def test_a_measurement_with_the_95_percent_bound_plans_from_it():
+    # The sample p99's bucket edge (1707) may sit below the population p99; the order statistic
+    # at or above it with 95 % confidence is in the next bucket (1877): the plan sizes on that.
+    plan = build_plan(dict(BASE, traffic_source='measured', measurement=_with_95(1877)))
+    rows = {r['figure']: r for r in plan.measured['traffic']['figures']}
+    assert rows['prompt']['used'] == 1877 and rows['output']['used'] == 600
+    assert '95 %-confidence bound of the p99' in rows['prompt']['reason']
+    assert 'prompt_tokens_p99 1877 + max_output_tokens 600' in plan.reasons['max_model_len']
+    # without it (an older or hand-made summary): the sample p99's edge, and the reason says so
+    plan = build_plan(dict(BASE, traffic_source='measured', measurement=measurement()))
+    rows = {r['figure']: r for r in plan.measured['traffic']['figures']}
+    assert rows['prompt']['used'] == 1707 and 'carries no 95 % bound' in rows['prompt']['reason']
+
+
+def test_a_95_percent_bound_in_the_inf_bucket_keeps_the_declaration():
+    plan = build_plan(dict(BASE, traffic_source='measured', measurement=_with_95(None)))
+    rows = {r['figure']: r for r in plan.measured['traffic']['figures']}
+    assert rows['prompt']['used'] == BASE['prompt_tokens_p99']
+    assert '95 %-confidence bound of the p99 of the window is in the +Inf bucket' in rows['prompt']['reason']
+
+
+def test_a_95_percent_bound_below_the_sample_p99_is_a_named_error():
+    result = serving_plan_result(dict(BASE, traffic_source='measured', measurement=_with_95(1000)))
+    assert result['failed'] and result['field'] == 'measurement.traffic.prompt_tokens_p99_upper_95'
+    assert '1000' in result['msg'] and '1707' in result['msg']
