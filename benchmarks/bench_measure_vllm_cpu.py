@@ -74,22 +74,6 @@ def nearest_rank(values, q=QUANTILE):
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-class BenchEngine(lab.Engine):
-    """The lab's engine with the buckets of this run (None: vLLM's default)."""
-
-    def __init__(self, python, model, port, log_path, buckets_value):
-        super().__init__(python, model, port, log_path)
-        self.buckets_value = buckets_value
-
-    def argv(self):
-        argv = super().argv()
-        at = argv.index('--custom-histogram-buckets')
-        del argv[at:at + 2]
-        if self.buckets_value is not None:
-            argv += ['--custom-histogram-buckets', self.buckets_value]
-        return argv
-
-
 def send(engine, requests):
     with concurrent.futures.ThreadPoolExecutor(lab.PARALLEL) as pool:
         return list(pool.map(lambda r: engine.complete(*r), requests))
@@ -104,7 +88,7 @@ def measure(pages):
 
 
 def run(name, python, model, work, port, buckets_value, requests, recycle):
-    engine = BenchEngine(python, model, port, os.path.join(work, '%s.log' % name), buckets_value)
+    engine = lab.Engine(python, model, port, os.path.join(work, '%s.log' % name), buckets_value)
     pages, answers, starts = [], [], []
     halves = [requests[:len(requests) // 2], requests[len(requests) // 2:]] if recycle else [requests]
     try:

@@ -61,3 +61,13 @@ def stage_installed_program(dest):
     for name, source in SHARED_FILES.items():
         shutil.copy(source, os.path.join(package, name))
     return launcher, package
+
+
+class FixedClock:
+    """A wall clock a test sets (``clock.t``) and the daemon reads: the `clock` it takes."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self):
+        return self.t

@@ -132,8 +132,13 @@ def tree_rss(pid):
 
 
 class Engine:
-    def __init__(self, python, model, port, log_path):
+    """``buckets_value``: the --custom-histogram-buckets value (default: REQUEST_TOKEN_BUCKETS);
+    None runs the engine with vLLM's own buckets."""
+
+    def __init__(self, python, model, port, log_path,
+                 buckets_value=json.dumps({"request_tokens": REQUEST_TOKEN_BUCKETS})):
         self.python, self.model, self.port, self.log_path = python, model, port, log_path
+        self.buckets_value = buckets_value
         self.base = "http://127.0.0.1:%d" % port
         self.proc = None
         self.peak_rss = 0
@@ -144,8 +149,8 @@ class Engine:
                 "--model", self.model, "--served-model-name", "tiny-llama",
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "8",
-                "--dtype", "bfloat16", "--enforce-eager",
-                "--custom-histogram-buckets", json.dumps({"request_tokens": REQUEST_TOKEN_BUCKETS})]
+                "--dtype", "bfloat16", "--enforce-eager"] + (
+                    [] if self.buckets_value is None else ["--custom-histogram-buckets", self.buckets_value])
 
     def start(self):
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_COLOR="0",

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from watchdog_program import PROGRAM  # pylint: disable=import-error
+from watchdog_program import PROGRAM, FixedClock  # pylint: disable=import-error
 from gpustack_fake import FakeGPUStack  # pylint: disable=import-error
 
 MiB = 1024 * 1024
@@ -511,19 +511,11 @@ def _without_cache_config(page):
     return b"".join(line for line in page.splitlines(True) if b"cache_config_info" not in line).decode()
 
 
-class _Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
 def _log_daemon(wd, node, fake, page, **over):
     fake.instances = [fake.instance(7, 500)]
     fake.metrics = page
     out = io.StringIO()
-    clock = _Clock(1796540400.0)
+    clock = FixedClock(1796540400.0)
     cfg = _cfg(wd, node, fake, measurement_file=str(node / "measurement.json"),
                traffic_state_file=str(node / "traffic.json"), **over)
     return wd.Daemon(cfg, out=out, clock=clock), out, clock

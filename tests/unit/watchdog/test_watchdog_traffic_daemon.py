@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from watchdog_program import PROGRAM, ROOT
+from watchdog_program import PROGRAM, ROOT, FixedClock as Clock
 
 REAL = os.path.join(ROOT, "tests", "fixtures", "engine_measure", "vllm_cpu_0.32.0")
 PAGES = [os.path.join(REAL, name) for name in (
@@ -31,14 +31,6 @@ T0 = 1796540400.0   # 2026-12-06T07:00:00Z
 def read(path):
     with open(path, "rb") as handle:
         return handle.read()
-
-
-class Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self):
-        return self.t
 
 
 def _proc(root, start):
@@ -180,18 +172,6 @@ def test_a_bad_state_file_is_a_note_and_measuring_starts_afresh(wd, tmp_path, en
     assert json.loads((tmp_path / "traffic.json").read_text())["scrapes"] == 1
 
 
-def test_an_unwritable_state_file_is_a_note(wd, tmp_path, engine):
-    handler, url = engine
-    clock = Clock(T0)
-    out = io.StringIO()
-    daemon = wd.Daemon(_cfg(wd, tmp_path, url, traffic_state_file=str(tmp_path / "missing" / "t.json")),
-                       out=out, clock=clock)
-    _tick_pages(daemon, handler, clock, PAGES[:2])
-    notes = _events(out, "traffic")
-    assert len(notes) == 1 and "not written" in notes[0]["detail"]
-    assert daemon.state["traffic"]["requests"] == 16
-
-
 def test_traffic_measure_false_measures_nothing(wd, tmp_path, engine):
     handler, url = engine
     clock = Clock(T0)
@@ -307,15 +287,17 @@ def test_without_a_context_the_pool_goes_home_unattributed(wd, tmp_path, engine)
     assert written["kv_pool"]["kv_cache_tokens"] == 524288 and written["args"] is None
 
 
-def test_an_unwritable_measurement_file_is_a_note(wd, tmp_path, engine):
+@pytest.mark.parametrize("which, note", [
+    ("traffic_state_file", "traffic state file"), ("measurement_file", "measurement file")])
+def test_an_unwritable_state_or_measurement_file_is_a_note(wd, tmp_path, engine, which, note):
     handler, url = engine
     clock = Clock(T0)
     out = io.StringIO()
-    daemon = wd.Daemon(_measuring(wd, tmp_path, url, measurement_file=str(tmp_path / "no" / "m.json")),
+    daemon = wd.Daemon(_measuring(wd, tmp_path, url, **{which: str(tmp_path / "missing" / "t.json")}),
                        out=out, clock=clock)
     _tick_pages(daemon, handler, clock, PAGES[:2])
     notes = _events(out, "traffic")
-    assert len(notes) == 1 and "measurement file" in notes[0]["detail"] and "not written" in notes[0]["detail"]
+    assert len(notes) == 1 and note in notes[0]["detail"] and "not written" in notes[0]["detail"]
     assert daemon.state["traffic"]["requests"] == 16
 
 

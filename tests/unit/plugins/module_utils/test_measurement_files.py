@@ -31,14 +31,7 @@ PARAMS = dict(backend='vllm', backend_version='0.32.0', model='Qwen/Qwen2.5-7B-I
 
 sys.path.insert(0, os.path.join(ROOT, 'roles', 'serving_watchdog', 'files'))
 measure = importlib.import_module('kvpin_watchdog_lib.measure')
-
-
-class Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self):
-        return self.t
+from watchdog_program import FixedClock as Clock  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 
 def _page(path, kv_tokens):
