@@ -86,7 +86,11 @@ class FakeGPUStack:
                         return None
                     if iid not in fake.logs:
                         return self._reply(404, {"message": "no log"})
-                    return self._reply(200, fake.logs[iid], "text/plain")
+                    body = fake.logs[iid]
+                    if int(query.get("tail", "-1")) >= 0:     # GPUStack: the last n lines
+                        lines = body.splitlines(True)
+                        body = b"".join(lines[-int(query["tail"]):]) if int(query["tail"]) else b""
+                    return self._reply(200, body, "text/plain")
                 if route.startswith("/model-instances/") and self.command == "DELETE":
                     iid = int(route.rsplit("/", 1)[1])
                     gone = [i for i in fake.instances if i["id"] == iid]

@@ -10,7 +10,10 @@ from __future__ import annotations
 import fcntl
 import io
 import json
+import math
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
@@ -589,7 +592,8 @@ def test_the_log_is_not_read_before_the_engine_answers_or_without_measurement(wd
     fake.logs[7] = _real("startup_1.log")
     daemon, _out, clock = _log_daemon(wd, node, fake, "not a metrics page\n")
     _ticks(daemon, clock, 3)                                  # no page measured: the engine is not up
-    assert not _log_gets(fake)
+    assert not [path for path in _log_gets(fake) if "tail=" not in path]   # (its request lines: tried)
+    del fake.requests[:]
     off, _out, clock = _log_daemon(wd, node, fake, _real("metrics_3_after_traffic.txt").decode(),
                                    traffic_measure=False)
     _ticks(off, clock, 3)
@@ -604,3 +608,86 @@ def test_a_redirected_log_request_keeps_the_key(wd, node, fake):
     [event] = _engine_log_events(out)
     assert "answered 302 redirect" in event["detail"] and "not followed" in event["detail"]
     assert fake.token not in out.getvalue()
+
+
+# --- llama-box: no length histogram, the lengths from its request log lines (issue 36.5) ---
+LLAMABOX_PAGE = "# llama-box --metrics: no length histograms\nllamabox:prompt_tokens_total 12\n"
+
+
+def _llamabox_lines(requests, first=0):
+    """Request lines in llama-box v0.0.171's format (httpserver.hpp:4789-4799; constructed, as in
+    test_watchdog_measure.py::test_llamabox_per_request_line), with startup and noise between."""
+    lines = ["1733480000 I srv  load_model: loaded (n_ctx 8192)\n"]
+    for index, (prompt, output) in enumerate(requests, start=first):
+        lines.append("1733480%03d I srv       handle_completions: rid r-%d | prefill_t = %d, prefill_cached_t = 0, "
+                     "prefill_tps = 2000.50 tps, ttft = 20.75ms, decode_t = %d, decode_tps = 40.10 tps, "
+                     "tpot = 24.94ms, draft_t = 0, draft_apt = 0.00%%, total_t = %d, stop_r = %s\n"
+                     % (index % 1000, index, prompt, output, prompt + output, "length" if output == 64 else "eos"))
+        lines.append("1733480000 I srv  update_slots: slot released\n")
+    return "".join(lines).encode()
+
+
+def _known_requests(n, seed=36):
+    rng = random.Random(seed)
+    return [(int(min(8000, max(1, round(rng.lognormvariate(6.0, 0.8))))), rng.choice([8, 16, 32, 64]))
+            for _unused in range(n)]
+
+
+def test_llamabox_lengths_come_from_its_request_log_each_request_once(wd, node, fake):
+    sent = _known_requests(400)
+    fake.logs[7] = _llamabox_lines(sent[:250])
+    daemon, out, clock = _log_daemon(wd, node, fake, LLAMABOX_PAGE)
+    _ticks(daemon, clock, 3)                                   # the same 250 lines read three times
+    assert daemon.traffic.acc.summary()["requests"] == 250
+    fake.logs[7] += _llamabox_lines(sent[250:], first=250)[len(b"1733480000 I srv  load_model: loaded (n_ctx 8192)\n"):]
+    _ticks(daemon, clock, 2)
+    summary = daemon.traffic.acc.summary()
+    assert summary["requests"] == 400 and summary["length_truncated"] == sum(1 for _p, o in sent if o == 64)
+    prompts = sorted(p for p, _o in sent)
+    p99 = prompts[math.ceil(0.99 * len(prompts)) - 1]
+    assert summary["prompt_tokens_p99_lower"] < p99 <= summary["prompt_tokens_p99_upper"] <= 1.1 * p99
+    assert summary["prompt_tokens_p99_upper_95"] >= summary["prompt_tokens_p99_upper"]
+    assert all("&tail=4000" in path for path in _log_gets(fake))
+    # a new engine start: its log (rids from r-0 again) is counted afresh
+    fake.instances = [fake.instance(11, 501)]
+    fake.logs[11] = _llamabox_lines(sent[:10])
+    _ticks(daemon, clock, 2)
+    assert daemon.traffic.acc.summary()["requests"] == 410
+    daemon.traffic.save()
+    assert json.loads((node / "measurement.json").read_text())["traffic"]["requests"] == 410
+
+
+def test_llamabox_log_read_failures_are_one_line_per_start(wd, node, fake):
+    daemon, out, clock = _log_daemon(wd, node, fake, LLAMABOX_PAGE)       # no log for instance 7
+    _ticks(daemon, clock, 4)
+    events = [json.loads(line) for line in out.getvalue().splitlines() if '"event":"request_log"' in line]
+    assert len(events) == 1 and "answered 404" in events[0]["detail"]
+    assert daemon.traffic.acc.summary()["requests"] == 0 and len(_log_gets(fake)) == 4
+    assert fake.token not in out.getvalue()
+
+
+def test_a_log_tail_with_no_line_seen_before_is_noted_as_a_lower_bound(wd, node, fake):
+    fake.logs[7] = _llamabox_lines(_known_requests(10))
+    daemon, out, clock = _log_daemon(wd, node, fake, LLAMABOX_PAGE)
+    _ticks(daemon, clock, 1)
+    fake.logs[7] = _llamabox_lines(_known_requests(4000, seed=7), first=5000)  # more than the tail between reads
+    _ticks(daemon, clock, 1)
+    notes = [json.loads(line)["detail"] for line in out.getvalue().splitlines() if '"event":"traffic"' in line]
+    assert any("may be missed" in n and "lower bound" in n for n in notes), notes
+
+
+def test_request_lines_without_an_id_are_told_apart_by_their_text(wd, node, fake):
+    lines = _llamabox_lines(_known_requests(30)).decode()
+    fake.logs[7] = re.sub(r"rid r-\d+ ", "rid  ", lines).encode()
+    daemon, _out, clock = _log_daemon(wd, node, fake, LLAMABOX_PAGE)
+    _ticks(daemon, clock, 3)
+    # 30 lines; two that differ in nothing (same time, same lengths) would count once: these do not
+    assert daemon.traffic.acc.summary()["requests"] == len(set(
+        line for line in lines.splitlines() if "total_t" in line))
+
+
+def test_a_vllm_page_never_reads_the_request_log(wd, node, fake):
+    fake.logs[7] = _real("startup_1.log")
+    daemon, _out, clock = _log_daemon(wd, node, fake, _real("metrics_3_after_traffic.txt").decode())
+    _ticks(daemon, clock, 4)
+    assert not [p for p in _log_gets(fake) if "tail=" in p]

@@ -19,7 +19,7 @@ from .gpustack import INSTANCE_STATES_RUNNING, DeploymentSensor, GPUStackAPI
 from .actuators import Actuator, DeploymentActuator
 from .profile_switch import ProfileSwitch, read_profile_marker, scrape_running_requests
 from .outputs import render_metrics, sd_notify, write_textfile
-from .measure import MeasureError, TrafficRecorder, parse_engine_log_bytes
+from .measure import LOG_TAIL_LINES, MeasureError, TrafficRecorder, parse_engine_log_bytes
 
 # An instance's log is read once per engine start, for its KV pool (the startup lines are at
 # its start; a longer log, days of request lines, is not read).
@@ -58,6 +58,10 @@ class Daemon:
         # measured page (the engine is up, its startup lines are written) with the count then.
         self.engine_log_read: Optional[Tuple[int, int, Optional[int]]] = None
         self.engine_log_waiting: Tuple[Optional[Tuple[int, int, Optional[int]]], int] = (None, 0)
+        # An engine without length histograms (llama-box): when its request log was last read,
+        # and whether a failed read was logged (once per engine start).
+        self.request_log_read_at: Optional[float] = None
+        self.request_log_failed: Optional[Tuple[int, int, Optional[int]]] = None
         # Scraped families dropped as unsound and pages refused: counted per (family, reason) /
         # reason (fixed vocabularies: bounded), each logged the first time only.
         self.families_dropped: Dict[Tuple[str, str], int] = {}
@@ -134,6 +138,7 @@ class Daemon:
         lat = self._sample_latency(now, deadline, url)
         if mem.get("instance") is not None:
             self._read_engine_log(mem["instance"], deadline)
+            self._read_request_log(mem["instance"], deadline)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
             self.log("limit", limit_bytes=mem["limit"], source=mem["limit_source"])
             self.limit_source = mem["limit_source"]
@@ -163,6 +168,29 @@ class Daemon:
         self.log("engine_log", instance=inst.id, kv_cache_tokens=record.get("kv_cache_tokens"),
                  kv_cache_bytes=record.get("kv_cache_bytes"), weights_bytes=record.get("weights_bytes"),
                  engine_version=record.get("engine_version"))
+
+    def _read_request_log(self, inst, deadline: float) -> None:
+        """An engine whose page has no length histogram (llama-box): every traffic_scrape_seconds
+        the last LOG_TAIL_LINES lines of its log through GPUStack's logs API, each finished
+        request counted once (measure.TrafficRecorder.offer_request_log)."""
+        if not (self.traffic.enabled and self.traffic.lengths_from_log):
+            return
+        now = float(self.clock())
+        if self.request_log_read_at is not None and now - self.request_log_read_at < self.traffic.scrape_every:
+            return
+        self.request_log_read_at = now
+        start = (inst.id, inst.restart_count, inst.pid)
+        source = "GPUStack log of instance %d" % inst.id
+        try:
+            body = self.api.instance_log(inst.id, deadline, ENGINE_LOG_READ_BYTES, tail=LOG_TAIL_LINES)
+        except HTTPFailure as exc:
+            if self.request_log_failed != start:
+                self.request_log_failed = start
+                self.log("request_log", instance=inst.id, detail=self.api.mask(str(exc))[:300],
+                         note="lengths not measured while the log cannot be read; logged once per engine start")
+            return
+        self.traffic.offer_request_log(body.decode("utf-8", "replace"), start, source)
+        self._log_traffic_notes()
 
     def tick(self) -> Decision:
         # Network and liveness deadlines on the real monotonic clock; the engine's time axis on

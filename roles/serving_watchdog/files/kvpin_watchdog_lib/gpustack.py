@@ -207,11 +207,13 @@ class GPUStackAPI:
             detail += ": " + self.mask(data["message"])[:300]
         return 200 <= status < 300, detail
 
-    def instance_log(self, instance_id: int, deadline: float, max_bytes: int) -> bytes:
+    def instance_log(self, instance_id: int, deadline: float, max_bytes: int, tail: Optional[int] = None) -> bytes:
         """The instance's engine log of its current start (GPUStack 0.7.x: GET
         /v1/model-instances/{id}/logs, the worker's serve/{id}.log, rewritten at every start;
-        2.x: /v2/..., the current restart's). At most max_bytes: a longer log is an HTTPFailure."""
-        path = "%s/model-instances/%d/logs?follow=false" % (self.prefix(deadline), instance_id)
+        2.x: /v2/..., the current restart's), or its last ``tail`` lines. At most max_bytes: a
+        longer answer is an HTTPFailure."""
+        path = "%s/model-instances/%d/logs?follow=false%s" % (
+            self.prefix(deadline), instance_id, "" if tail is None else "&tail=%d" % int(tail))
         status, body = self.exchange("GET", path, deadline, max_bytes=max_bytes)
         if status != 200:
             raise HTTPFailure("GET %s answered %d" % (path, status))

@@ -86,6 +86,10 @@ class MeasureError(ValueError):
     """A page, log or state the measurement cannot use; the message names it and the numbers."""
 
 
+class NoLengthHistogram(MeasureError):
+    """A metrics page without length histograms (llama-box; vLLM with --disable-log-stats)."""
+
+
 def _number(value: float) -> str:
     return "%g" % value
 
@@ -265,8 +269,8 @@ class Scrape:
             self.names[role] = base
             self.histograms[role] = _histogram(samples, base, source) if base else None
         if self.histograms["prompt_histogram"] is None:
-            raise MeasureError("%s: no %s histogram (not a vLLM /metrics page, or metrics are off: "
-                               "--disable-log-stats)" % (source, " or ".join(TRAFFIC_NAMES["prompt_histogram"])))
+            raise NoLengthHistogram("%s: no %s histogram (not a vLLM /metrics page, or metrics are off: "
+                                    "--disable-log-stats)" % (source, " or ".join(TRAFFIC_NAMES["prompt_histogram"])))
         finished = TRAFFIC_NAMES["finished"][0]
         http = TRAFFIC_NAMES["http_requests"][0]
         preemption_name = next((n for n in METRIC_NAMES["preemptions"] if n in samples), None)
@@ -441,6 +445,36 @@ def _merge_segments(slots: Sequence[dict], key: str) -> List[Tuple[List[float], 
 # ---------------------------------------------------------------------------
 # Traffic over successive scrapes of one engine.
 # ---------------------------------------------------------------------------
+def _request_length_bounds() -> List[float]:
+    """The layout exact per-request lengths (llama-box's log lines) are counted in: 1-2-5 below
+    64 tokens, then steps of at most 10 % up to 2**20 tokens (the planner's pinned buckets'
+    resolution, for any max_model_len)."""
+    bounds = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 64.0]
+    while bounds[-1] < 2 ** 20:
+        bounds.append(float(min(2 ** 20, math.floor(bounds[-1] * 1.1))))
+    return bounds
+
+
+REQUEST_LENGTH_BOUNDS = _request_length_bounds()
+MAX_REQUEST_TOKENS = 2 ** 31
+LOG_TAIL_LINES = 4000       # the lines of an engine's log read each time (its newest)
+MAX_LOG_RIDS = 4 * LOG_TAIL_LINES   # request ids remembered per engine start (a tail twice over)
+
+
+def _bin(bounds: Sequence[float], values: Sequence[int]) -> List[int]:
+    counts = [0] * (len(bounds) + 1)
+    for value in values:
+        low, high = 0, len(bounds)          # the first bound >= value (+Inf's index if none)
+        while low < high:
+            mid = (low + high) // 2
+            if bounds[mid] >= value:
+                high = mid
+            else:
+                low = mid + 1
+        counts[low] += 1
+    return counts
+
+
 def _new_slot(hour: int, hour_of_day: int) -> dict:
     return {"hour": hour, "hour_of_day": hour_of_day, "prompt": [], "generation": [],
             "length_truncated": 0, "rejected": 0, "preemptions": 0, "max_concurrency": None,
@@ -583,6 +617,42 @@ class TrafficAccumulator:
         added = deltas.get("prompt_histogram")
         return {"reset": reset, "requests": sum(added) if added else 0, "hour": hour,
                 "hour_of_day": hour_of_day}
+
+    def observe_requests(self, requests: Sequence[Dict[str, object]], t: Optional[float] = None,
+                         hour_of_day: Optional[int] = None) -> int:
+        """Finished requests whose exact lengths a log states (parse_llamabox_request_line),
+        counted at time t in REQUEST_LENGTH_BOUNDS: the engines without length histograms. The
+        caller passes each request once. Returns how many were added; MeasureError names a
+        length out of range (nothing added)."""
+        t = time.time() if t is None else float(t)
+        if math.isnan(t) or math.isinf(t) or t < 0:
+            raise MeasureError("request time must be a finite time >= 0, got %r" % t)
+        prompts, outputs, truncated = [], [], 0
+        for request in requests:
+            lengths = (request.get("prompt_tokens"), request.get("generation_tokens"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REQUEST_TOKENS
+                       for v in lengths):
+                raise MeasureError("request %r: lengths %r out of 0..%d" % (
+                    str(request.get("rid"))[:40], lengths, MAX_REQUEST_TOKENS))
+            prompts.append(lengths[0])
+            outputs.append(lengths[1])
+            truncated += request.get("stop_reason") == "length"
+        if not prompts:
+            return 0
+        if hour_of_day is None:
+            hour_of_day = time.localtime(t).tm_hour
+        hour = int(t // 3600)
+        slot = self.slots.get(hour)
+        if slot is None:
+            slot = self.slots[hour] = _new_slot(hour, hour_of_day)
+        _add_segment(slot["prompt"], REQUEST_LENGTH_BOUNDS, _bin(REQUEST_LENGTH_BOUNDS, prompts))
+        _add_segment(slot["generation"], REQUEST_LENGTH_BOUNDS, _bin(REQUEST_LENGTH_BOUNDS, outputs))
+        slot["length_truncated"] += truncated
+        if REQUEST_LENGTH_BOUNDS not in self.layouts_seen:
+            self.layouts_seen.append(list(REQUEST_LENGTH_BOUNDS))
+            del self.layouts_seen[:-2 * MAX_SEGMENTS]
+        self._prune(hour)
+        return len(prompts)
 
     def set_window_days(self, days: int) -> None:
         """A state saved under another window (the setting changed): keep the newest hours."""
@@ -813,6 +883,12 @@ class TrafficRecorder:
         self.summary: Optional[Dict[str, object]] = None
         self.unusable = 0             # pages offered that could not be measured
         self.pages_measured = 0       # pages measured by this process
+        # Engines without length histograms (llama-box): their request log lines instead.
+        self.lengths_from_log = False  # the last page had no length histogram
+        self.log_engine: object = None
+        self.log_rids_seen: set = set()
+        self.log_rids_order: List[str] = []
+        self.log_requests_seen = 0
         self.notes: List[str] = []    # what the daemon should log (each once), drained by it
         self.restart_reason: Optional[str] = None
         if self.enabled and self.path:
@@ -913,15 +989,60 @@ class TrafficRecorder:
             self.acc.observe(Scrape(body, source), now, restarted=self.restart_reason)
         except MeasureError as exc:
             self.unusable += 1
+            self.lengths_from_log = isinstance(exc, NoLengthHistogram)
             if self.unusable == 1:
-                self._note("traffic not measured from %s: %s" % (source, exc))
+                self._note("traffic not measured from %s: %s%s" % (
+                    source, exc, "; a GPUStack deployment's lengths are read from its engine's request log "
+                    "lines where it writes them (llama-box)" if self.lengths_from_log else ""))
             return
+        self.lengths_from_log = False
         self.restart_reason = None
         self.pages_measured += 1
+        self._measured(now)
+
+    def _measured(self, now: float) -> None:
         self.attribute()
         self.summary = self.acc.summary(hours=False)
         if self.last_saved is None or now - self.last_saved >= self.save_every:
             self.save(now)
+
+    def offer_request_log(self, text: str, engine: object, source: str) -> int:
+        """Lines of an engine's log (the tail GPUStack's logs API gave): every finished-request
+        line (parse_llamabox_request_line) of a request id not seen before for this engine start
+        is counted once, now. Returns how many were added."""
+        if not self.enabled:
+            return 0
+        if engine != self.log_engine:
+            self.log_engine, self.log_rids_seen, self.log_rids_order = engine, set(), []
+        fresh, seen_again = [], 0
+        for line in text.splitlines():
+            request = parse_llamabox_request_line(line)
+            if request is None:
+                continue
+            # The request id; a line without one is told apart by its whole text (its time).
+            key = request["rid"] or line.strip()[:MAX_LOG_LINE]
+            if key in self.log_rids_seen:
+                seen_again += 1
+                continue
+            self.log_rids_seen.add(key)
+            self.log_rids_order.append(key)
+            fresh.append(request)
+        while len(self.log_rids_order) > MAX_LOG_RIDS:
+            self.log_rids_seen.discard(self.log_rids_order.pop(0))
+        if fresh and not seen_again and self.log_requests_seen and len(fresh) >= LOG_TAIL_LINES // 2:
+            self._note("%s: none of the %d request lines read was seen before: requests between two reads may "
+                       "be missed (more than the tail of %d lines); the figures are a lower bound"
+                       % (source, len(fresh), LOG_TAIL_LINES))
+        now = float(self.clock())
+        try:
+            added = self.acc.observe_requests(fresh, now)
+        except MeasureError as exc:
+            self._note("%s: %s" % (source, exc))
+            return 0
+        self.log_requests_seen += added
+        if added:
+            self._measured(now)
+        return added
 
     def save(self, now: Optional[float] = None) -> None:
         self.last_saved = float(self.clock()) if now is None else now
