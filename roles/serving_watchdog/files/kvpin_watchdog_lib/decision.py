@@ -19,6 +19,9 @@ from .stats import downsample, trend
 STATE_FILE_MAX_BYTES = 65536
 # Diagnoses that say "memory is rising" (a confirmed one pages at once; see _episode).
 MEMORY_DIAGNOSES = ("memory_rising", "leak_unconfirmed", "leak_with_latency", "leak_projected", "slow_decay")
+# What a young engine's rise up to an earlier start's plateau is excused from (never
+# leak_projected: the limit is in reach).
+YOUNG_EXCUSED = ("memory_rising", "leak_unconfirmed", "leak_with_latency")
 
 
 # ---------------------------------------------------------------------------
@@ -484,9 +487,25 @@ class DecisionEngine:
         if held_by is not None and d.diagnosis in MEMORY_DIAGNOSES:
             d.action, d.diagnosis = "none", None
             d.reason = "settling after the (re)start, memory rise excused (%s): %s" % (held_by, d.reason)
+        elif d.diagnosis in YOUNG_EXCUSED and not within and self._young_below_plateau(t, recent_floor):
+            d.action, d.diagnosis = "none", None
+            d.reason = ("young engine not above an earlier start's plateau (its warm-up climbing back "
+                        "to it): %s" % d.reason)
         if d.action == "recycle":
             self._apply_policy(d, t)
         return d
+
+    def _young_below_plateau(self, t: float, recent_floor: float) -> bool:
+        """Younger than warmup_hold_max_seconds and its memory floor not above the highest
+        plateau an earlier start settled at (plus plateau_margin_bytes): a restart's warm-up
+        climbing back to a level this deployment is known to hold, whatever ended the hold (a
+        flat hour between two allocations, a leak-like pace for a while). This start's own
+        plateau is no excuse (a leak after it is judged as before), nor is anything before a
+        first start has settled."""
+        earlier = [p["plateau"] for p in self.plateaus if p is not self.run_plateau]
+        cap = float(self.cfg["warmup_hold_max_seconds"])
+        return (bool(earlier) and self.start_t is not None and t - self.start_t < cap
+                and recent_floor <= max(earlier) + float(self.cfg["plateau_margin_bytes"]))
 
     def confirm_needed_seconds(self, slope_per_second: float) -> float:
         """How long a rise must hold before it is confirmed: confirm_seconds, or the time to add
