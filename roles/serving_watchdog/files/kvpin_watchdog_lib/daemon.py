@@ -136,7 +136,7 @@ class Daemon:
             self.traffic.note_restart("the engine restarted (new GPUStack instance, restart count or pid)")
         url = self.deployment.metrics_url() if mem.get("instance") is not None else None
         lat = self._sample_latency(now, deadline, url)
-        if mem.get("instance") is not None:
+        if mem.get("instance") is not None and self.api is not None:   # the logs come through GPUStack's API
             self._read_engine_log(mem["instance"], deadline)
             self._read_request_log(mem["instance"], deadline)
         if mem.get("limit_source") and mem["limit_source"] != self.limit_source and mem["limit"]:
@@ -147,7 +147,7 @@ class Daemon:
     def _read_engine_log(self, inst, deadline: float) -> None:
         """Once per engine start, after a page of that engine was measured: the KV pool (and the
         weights) its startup log states, through GPUStack's logs API (docs: measure.py)."""
-        if self.api is None or not self.traffic.enabled:
+        if not self.traffic.enabled:
             return
         start = (inst.id, inst.restart_count, inst.pid)
         if start == self.engine_log_read:
@@ -173,7 +173,7 @@ class Daemon:
         """An engine whose page has no length histogram (llama-box): every traffic_scrape_seconds
         the last LOG_TAIL_LINES lines of its log through GPUStack's logs API, each finished
         request counted once (measure.TrafficRecorder.offer_request_log)."""
-        if self.api is None or not (self.traffic.enabled and self.traffic.lengths_from_log):
+        if not (self.traffic.enabled and self.traffic.lengths_from_log):
             return
         now = float(self.clock())
         if self.request_log_read_at is not None and now - self.request_log_read_at < self.traffic.scrape_every:

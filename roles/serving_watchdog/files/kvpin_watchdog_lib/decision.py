@@ -504,7 +504,7 @@ class DecisionEngine:
         first start has settled."""
         earlier = [p["plateau"] for p in self.plateaus if p is not self.run_plateau]
         cap = float(self.cfg["warmup_hold_max_seconds"])
-        return (bool(earlier) and self.start_t is not None and t - self.start_t < cap
+        return (bool(earlier) and t - self.start_t < cap
                 and recent_floor <= max(earlier) + float(self.cfg["plateau_margin_bytes"]))
 
     def confirm_needed_seconds(self, slope_per_second: float) -> float:
