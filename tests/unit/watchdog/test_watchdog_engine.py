@@ -178,9 +178,11 @@ def test_replay_cli_config_and_errors(tmp_path, manifest):
 
 
 def _fast_cfg(wd, **over):
+    # Time compressed: the windows, and the memory floors a young engine's recycle waits for
+    # (4 of them before its rise is told from a warm-up), are 1/3..1/6 of the defaults.
     cfg = dict(wd.DEFAULTS, warmup_seconds=600, min_window_seconds=1800, window_seconds=3600,
                evaluate_every_seconds=60, confirm_seconds=600, cooldown_seconds=0,
-               storm_max_recycles=3, storm_window_seconds=24 * 3600)
+               season_bucket_seconds=600, storm_max_recycles=3, storm_window_seconds=24 * 3600)
     cfg.update(over)
     return cfg
 

@@ -130,15 +130,16 @@ def test_50mib_leak_detection_delay(leak_50):
 
 def test_false_recycles_per_leak_free_week(leak_free):
     """Target: none. CURRENT BOUND: 0 on steady shapes; on the bursts shape (24 bursts a day
-    of 0.3..1 GiB) 5 recycles in 50 six-hour traces, i.e. at most 1.5 per evaluated leak-free
+    of 0.3..1 GiB) 2 recycles in 50 six-hour traces (5 before issue 38, 4 before a young
+    engine's recycle waited for its hourly floors), i.e. at most 0.6 per evaluated leak-free
     week over all three shapes (see the module docstring: short traces overstate the rate)."""
     hours = sum(r.hours_evaluated for runs in leak_free.values() for r in runs)
     assert hours >= 0.9 * 3 * SEEDS * 4       # about 4 h evaluated per 6 h trace
     counts = {name: sum(len(r.recycles) for r in runs) for name, runs in leak_free.items()}
     assert counts["steady_7d_a"] == 0 and counts["steady_7d_b"] == 0, counts
-    assert counts["bursts_7d"] <= 5, counts
+    assert counts["bursts_7d"] <= 2, counts
     per_week = sum(counts.values()) / (hours * HOUR / seeded.WEEK)
-    assert per_week <= 1.5, "%.2f false recycles per evaluated leak-free week" % per_week
+    assert per_week <= 0.6, "%.2f false recycles per evaluated leak-free week" % per_week
 
 
 # -- the significance gate -------------------------------------------------------------------

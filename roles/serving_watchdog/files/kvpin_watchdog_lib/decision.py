@@ -491,6 +491,13 @@ class DecisionEngine:
             d.action, d.diagnosis = "none", None
             d.reason = ("young engine not above an earlier start's plateau (its warm-up climbing back "
                         "to it): %s" % d.reason)
+        if (d.action == "recycle" and d.diagnosis == "leak_with_latency" and not within
+                and t - self.start_t < float(self.cfg["warmup_hold_max_seconds"])):
+            why = self._young_rise_not_linear()
+            if why is not None:
+                d.action = "alert"
+                d.reason = ("young engine, recycle deferred until %.1f h after the start (%s; the limit is "
+                            "not in reach): %s" % (float(self.cfg["warmup_hold_max_seconds"]) / HOUR, why, d.reason))
         if d.action == "recycle":
             self._apply_policy(d, t)
         return d
@@ -506,6 +513,21 @@ class DecisionEngine:
         cap = float(self.cfg["warmup_hold_max_seconds"])
         return (bool(earlier) and t - self.start_t < cap
                 and recent_floor <= max(earlier) + float(self.cfg["plateau_margin_bytes"]))
+
+    def _young_rise_not_linear(self) -> Optional[str]:
+        """Why this young engine's rise may still be its warm-up (a warm-up under the swell's
+        rising side lifts memory and TTFT together for hours), None when its hourly memory
+        floors since the start rise as a leak does: at least 4 of them, the later half rising at
+        least half as much as the earlier half (a warm-up decelerates, a leak keeps its pace)."""
+        floors = [row[1] for row in self.season]
+        if len(floors) < 4:
+            return "%d hourly memory floors since the start, 4 tell a leak from a warm-up" % len(floors)
+        half = (len(floors) - 1) // 2
+        earlier, later = floors[half] - floors[0], floors[-1] - floors[-1 - half]
+        if later < 0.5 * earlier:
+            return ("its hourly memory floors decelerate: %s over the first %d h, %s over the last %d h" % (
+                _fmt_bytes(earlier), half, _fmt_bytes(later), half))
+        return None
 
     def confirm_needed_seconds(self, slope_per_second: float) -> float:
         """How long a rise must hold before it is confirmed: confirm_seconds, or the time to add
