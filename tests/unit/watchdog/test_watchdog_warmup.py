@@ -272,6 +272,21 @@ def test_issue_slow_leak_with_latency_is_recycled_within_24_hours(wd):
     assert recycles[0].diagnosis in ("slow_decay", "leak_with_latency")
 
 
+@pytest.mark.parametrize("seed", [2, 3, 4, 5, 6])
+def test_a_slow_leak_whose_ttft_rises_under_the_threshold_in_12_hours_is_recycled_within_24(wd, seed):
+    """40 MiB/h from 3 h after a quick warm-up, TTFT p95 +30 % per GiB leaked: +14 % over the
+    12 h long window (under ttft_min_relative_rise), +28 % over 24 h. TTFT is judged over up to
+    twice the window once 18 h have passed the hold; the engine before this never recycled
+    these seeds in 30 h (alerted only)."""
+    engine = wd.DecisionEngine({})
+    decisions = _run(engine, "exp", 0, 30, seed=seed, leak=40.0, leak_after=3.0, ttft_per_gib=0.3,
+                     shape={"f0": 0.9, "tau": 0.3 * HOUR})
+    recycles = [d for d in decisions if d.action == "recycle"]
+    assert recycles, "never recycled"
+    assert 3 * HOUR < recycles[0].t <= (3 + 24) * HOUR
+    assert recycles[0].diagnosis == "leak_with_latency" and "TTFT p95 +" in recycles[0].reason
+
+
 def test_field_report_decay_recycled_within_24_hours_of_its_start(wd, manifest):
     """The committed field-report decay (36 h, -18 % throughput, RSS monotonic, p95 tracking):
     the engine before issue 38 recycled it 27 h after it starts."""
