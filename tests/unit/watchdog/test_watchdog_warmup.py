@@ -123,22 +123,17 @@ def test_a_restart_climbing_back_in_late_steps_is_quiet_below_the_earlier_platea
     assert any("earlier start's plateau" in d.reason for d in second)
 
 
-def _first_start_under_swell(engine, seed, leak_mib_per_hour=0.0):
+def _first_start_under_swell(engine, seed):
     """12 h of a first start: an exponential warm-up from 6.8 to 10 GiB (tau 1.5 h) under a
     +/-200 MiB sawtooth while the day's swell lifts TTFT p95 by up to 60 % (peak 6 h after the
-    start); or, with leak_mib_per_hour, no warm-up but a leak from the start, TTFT following it."""
+    start)."""
     rng = random.Random(seed)
     out = []
     for i in range(12 * 60):
         t = i * 60
-        hours = t / HOUR
-        if leak_mib_per_hour:
-            mem = 8 * GiB + leak_mib_per_hour * MiB * hours
-            ttft = 0.4 * (1 + 0.3 * leak_mib_per_hour * hours / 1024)
-        else:
-            mem = 10 * GiB * (0.68 + 0.32 * (1 - math.exp(-t / (1.5 * HOUR))))
-            ttft = 0.4 * (1 + 0.6 * math.exp(-((hours - 6.0) / 3.0) ** 2))
+        mem = 10 * GiB * (0.68 + 0.32 * (1 - math.exp(-t / (1.5 * HOUR))))
         mem += 200 * MiB * (2 * ((t / 900.0) % 1) - 1) + rng.gauss(0, 15 * MiB)
+        ttft = 0.4 * (1 + 0.6 * math.exp(-((t / HOUR - 6.0) / 3.0) ** 2))
         out.append(engine.feed(t, mem, ttft_p95=ttft * math.exp(rng.gauss(0, 0.05)) if t >= 300 else None))
     return out
 
@@ -159,7 +154,8 @@ def test_a_leak_from_the_start_is_recycled_once_its_floors_show_a_steady_pace(wd
     """A guard for the deferral: 300 MiB/h from the start, TTFT following, no limit known. Its
     hourly floors rise as fast late as early, so the recycle comes long before the 8 h cap
     (about 2 h later than without the deferral: 4 floors are needed)."""
-    decisions = _first_start_under_swell(wd.DecisionEngine({}), 1, leak_mib_per_hour=300.0)
+    decisions = _run(wd.DecisionEngine({}), "exp", 0, 12, seed=1, leak=300.0, leak_after=0.0,
+                     ttft_per_gib=0.3, shape={"f0": 1.0, "tau": HOUR})
     recycles = [d for d in decisions if d.action == "recycle"]
     assert recycles and recycles[0].t <= 6 * HOUR and recycles[0].diagnosis == "leak_with_latency"
     assert any("4 tell a leak from a warm-up" in d.reason for d in decisions if d.t < recycles[0].t)

@@ -163,6 +163,23 @@ def trend_rise(points: Sequence[Tuple[float, float]], confidence: float) -> Opti
     return _relative_rise(trend([p[0] for p in points], [p[1] for p in points], confidence), points)
 
 
+def hourly_ttft_rise(rows: Sequence[Tuple[float, float, Optional[float]]], min_points: int,
+                     cfg: Dict[str, object]) -> Tuple[bool, Optional[float], float]:
+    """Whether TTFT p95's hourly medians in `rows` ((bucket end t, memory floor, TTFT median))
+    rise as a leak lifts them (Mann-Kendall, Sen's fit rising by ttft_min_relative_rise, both
+    halves rising), with that rise (None: no fit, or fewer than min_points readings) and the
+    span of the readings (s)."""
+    pts = [(r[0] - rows[0][0], r[2]) for r in rows if r[2] is not None]
+    if not pts or len(pts) < min_points:
+        return False, None, 0.0
+    found = trend([p[0] for p in pts], [p[1] for p in pts], float(cfg["confidence"]))
+    rise = _relative_rise(found, pts)
+    up = (found is not None and found.p < float(cfg["mk_alpha"]) and found.s > 0
+          and rise is not None and rise >= float(cfg["ttft_min_relative_rise"])
+          and rises_all_along(pts, float(cfg["confidence"])))
+    return up, rise, pts[-1][0]
+
+
 def rises_all_along(points: Sequence[Tuple[float, float]], confidence: float) -> bool:
     """Both halves of `points` rise, the smaller by at least 0.2 x the larger (relative to each
     half's start): a leak lifts TTFT all along, a load burst or a swell's rising side within a
@@ -802,7 +819,8 @@ class DecisionEngine:
         bucket = float(cfg["season_bucket_seconds"])
         long_window = float(cfg["long_window_seconds"])
         count = max(4, int(round(long_window / bucket)))
-        rows = [r for r in self.season if r[0] - bucket >= self.long_from - 1e-6][-count:]
+        since_hold = [r for r in self.season if r[0] - bucket >= self.long_from - 1e-6]
+        rows = since_hold[-count:]
         if len(rows) < count or rows[-1][0] - rows[0][0] > 1.25 * long_window:
             return None
         t0 = rows[0][0]
@@ -813,28 +831,16 @@ class DecisionEngine:
         mem_up = (mt is not None and mt.p < float(cfg["mk_alpha"]) and mt.s > 0 and mt.lower > threshold
                   and mt.lower * span >= float(cfg["confirm_rise_bytes"])
                   and not step_like(points, float(cfg["step_fit_ratio"]), bucket))
-        ttft_up, rise = False, None
-        tpts = [(r[0] - t0, r[2]) for r in rows if r[2] is not None]
-        if len(tpts) >= 2 * count // 3:
-            tt = trend([p[0] for p in tpts], [p[1] for p in tpts], float(cfg["confidence"]))
-            rise = _relative_rise(tt, tpts)
-            ttft_up = (tt is not None and tt.p < float(cfg["mk_alpha"]) and tt.s > 0
-                       and rise is not None and rise >= float(cfg["ttft_min_relative_rise"])
-                       and rises_all_along(tpts, float(cfg["confidence"])))
+        ttft_up, rise = hourly_ttft_rise(rows, 2 * count // 3, cfg)[:2]
         ttft_span = span
-        if mem_up and not ttft_up:
+        longer = since_hold[-2 * count:]
+        if mem_up and not ttft_up and len(longer) >= count + count // 2:
             # A slow leak lifts TTFT by less than ttft_min_relative_rise in 12 h: judge TTFT over
             # up to twice the window (at least 1.5 x) when the engine has been that long past
             # its hold, so that 30 MiB/h is recycled within 24 h of its start.
-            longer = [r for r in self.season if r[0] - bucket >= self.long_from - 1e-6][-2 * count:]
-            lpts = [(r[0] - longer[0][0], r[2]) for r in longer if r[2] is not None]
-            if len(longer) >= count + count // 2 and len(lpts) >= 2 * len(longer) // 3:
-                tt2 = trend([p[0] for p in lpts], [p[1] for p in lpts], float(cfg["confidence"]))
-                rise2 = _relative_rise(tt2, lpts)
-                if (tt2 is not None and tt2.p < float(cfg["mk_alpha"]) and tt2.s > 0 and rise2 is not None
-                        and rise2 >= float(cfg["ttft_min_relative_rise"])
-                        and rises_all_along(lpts, float(cfg["confidence"]))):
-                    ttft_up, rise, ttft_span = True, rise2, lpts[-1][0]
+            longer_up, longer_rise, longer_span = hourly_ttft_rise(longer, 2 * len(longer) // 3, cfg)
+            if longer_up:
+                ttft_up, rise, ttft_span = True, longer_rise, longer_span
         text = "hourly memory floors over the last %.0f h: slope %s/h (lower %s/h, MK p=%.2g); TTFT p95 %s%s" % (
             span / HOUR, _fmt_bytes(mt.slope * HOUR) if mt else "-", _fmt_bytes(mt.lower * HOUR) if mt else "-",
             mt.p if mt else 1.0, "%+.0f%%" % (100 * rise) if rise is not None else "too few readings",
