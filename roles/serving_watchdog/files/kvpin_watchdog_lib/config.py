@@ -63,6 +63,9 @@ DEFAULTS: Dict[str, object] = {
     "state_file": None,                # JSON file keeping the learned plateaus across watchdog restarts
     # Long rise: hourly floors over this long (after the hold), for leaks too slow for the window.
     "long_window_seconds": 12 * 3600,
+    # ... where TTFT p95's hourly medians confirm memory floors that passed the full test: a
+    # load burst's hour scatters them, so at mk_alpha a slow leak's +15..30 % often missed.
+    "long_window_ttft_alpha": 0.05,
     # Alert episodes: a condition other than a confirmed memory rise pages once it has been seen
     # for alert_enter_seconds; an episode ends after alert_clear_seconds without its condition.
     "alert_enter_seconds": 2 * 3600,
@@ -210,6 +213,7 @@ NUMERIC_RANGES: Dict[str, Tuple[Optional[float], Optional[float], bool]] = {
     "plateau_margin_bytes": (0, 2 ** 50, False),
     "plateaus_kept": (1, 100, True),
     "long_window_seconds": (3600, 30 * 24 * 3600, False),
+    "long_window_ttft_alpha": (1e-9, 0.2, False),
     "alert_enter_seconds": (0, 7 * 24 * 3600, False),
     "alert_clear_seconds": (0, 7 * 24 * 3600, False),
     "recycle_horizon_seconds": (0, 30 * 24 * 3600, False),

@@ -166,15 +166,17 @@ def trend_rise(points: Sequence[Tuple[float, float]], confidence: float) -> Opti
 def hourly_ttft_rise(rows: Sequence[Tuple[float, float, Optional[float]]], min_points: int,
                      cfg: Dict[str, object]) -> Tuple[bool, Optional[float], float]:
     """Whether TTFT p95's hourly medians in `rows` ((bucket end t, memory floor, TTFT median))
-    rise as a leak lifts them (Mann-Kendall, Sen's fit rising by ttft_min_relative_rise, both
-    halves rising), with that rise (None: no fit, or fewer than min_points readings) and the
-    span of the readings (s)."""
+    rise as a leak lifts them (Mann-Kendall at long_window_ttft_alpha, Sen's fit rising by
+    ttft_min_relative_rise, both halves rising), with that rise (None: no fit, or fewer than
+    min_points readings) and the span of the readings (s). The long window asks this only of
+    memory floors that passed its full test (Mann-Kendall at mk_alpha and more): TTFT confirms
+    the latency impact there, and a burst's hour scatters its medians."""
     pts = [(r[0] - rows[0][0], r[2]) for r in rows if r[2] is not None]
     if not pts or len(pts) < min_points:
         return False, None, 0.0
     found = trend([p[0] for p in pts], [p[1] for p in pts], float(cfg["confidence"]))
     rise = _relative_rise(found, pts)
-    up = (found is not None and found.p < float(cfg["mk_alpha"]) and found.s > 0
+    up = (found is not None and found.p < float(cfg["long_window_ttft_alpha"]) and found.s > 0
           and rise is not None and rise >= float(cfg["ttft_min_relative_rise"])
           and rises_all_along(pts, float(cfg["confidence"])))
     return up, rise, pts[-1][0]
@@ -812,7 +814,7 @@ class DecisionEngine:
         warm-up hold (a leak too slow for the trend window, under a daily swell): memory floors
         rising (Mann-Kendall, Sen's lower bound above the threshold and adding at least
         confirm_rise_bytes over the window, not one step) and whether TTFT p95 medians rise with
-        them by ttft_min_relative_rise. None before there are enough buckets."""
+        them by ttft_min_relative_rise (hourly_ttft_rise). None before there are enough buckets."""
         cfg = self.cfg
         if self.hold or self.long_from is None:
             return None
