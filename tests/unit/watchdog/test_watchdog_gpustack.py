@@ -283,6 +283,11 @@ def test_one_tick_end_to_end_logs_instance_and_limit_source(wd, node, fake):
     ({"confirm_rise_bytes": 1e300}, "confirm_rise_bytes must be <= "),
     ({"alert_enter_seconds": "2h"}, "alert_enter_seconds must be a number"),
     ({"long_window_seconds": 60}, "long_window_seconds must be >= 3600"),
+    ({"long_window_ttft_alpha": "0.05"}, "long_window_ttft_alpha must be a number, got str"),
+    ({"long_window_ttft_alpha": True}, "long_window_ttft_alpha must be a number, got bool"),
+    ({"long_window_ttft_alpha": 0}, "long_window_ttft_alpha must be >= 1e-09, got 0"),
+    ({"long_window_ttft_alpha": 0.5}, "long_window_ttft_alpha must be <= 0.2, got 0.5"),
+    ({"long_window_ttft_alpha": float("nan")}, "long_window_ttft_alpha must be finite"),
 ])
 def test_check_config_rejects_what_the_daemon_cannot_run(tmp_path, over, message):
     cfg = {"name": "llama", "gpustack_deployment": "llama", "gpustack_server": "http://127.0.0.1:1",

@@ -64,7 +64,7 @@ DEFAULTS: Dict[str, object] = {
     # Long rise: hourly floors over this long (after the hold), for leaks too slow for the window.
     "long_window_seconds": 12 * 3600,
     # ... where TTFT p95's hourly medians confirm memory floors that passed the full test: a
-    # load burst's hour scatters them, so at mk_alpha a slow leak's +15..30 % often missed.
+    # load burst's hour scatters them, so at mk_alpha a slow leak's +15..44 % often missed.
     "long_window_ttft_alpha": 0.05,
     # Alert episodes: a condition other than a confirmed memory rise pages once it has been seen
     # for alert_enter_seconds; an episode ends after alert_clear_seconds without its condition.
