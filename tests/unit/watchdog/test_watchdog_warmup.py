@@ -307,6 +307,49 @@ def test_a_slow_leak_under_load_bursts_and_a_ttft_swell_is_recycled_within_24(wd
     assert recycles[0].diagnosis == "leak_with_latency" and "TTFT p95 +" in recycles[0].reason
 
 
+def test_load_bursts_after_earlier_ones_gave_back_as_much_are_not_recycled(wd):
+    """A leak-free trace of the tune family cache_step (seed 21) that the engine recycled as
+    'leak_with_latency' at 49.5 h: load bursts that follow each other lift memory and TTFT p95
+    together for hours, as a leak does, and the hourly floors of this run already rose as much
+    and came back. A rise must now add what the run's load has given back before it counts."""
+    trace = families.generate("cache_step", 21)
+    engine = wd.DecisionEngine({})
+    starts = set(trace.starts[1:])
+    decisions = [engine.feed(t, mem, ttft_p95=ttft, preemptions=pre, restarted=t in starts)
+                 for t, mem, ttft, pre in trace.rows if t < 54 * HOUR]
+    assert [(round(d.t / HOUR, 2), d.diagnosis) for d in decisions if d.action == "recycle"] == []
+    assert engine.undone_rise_bytes() > wd.DEFAULTS["confirm_rise_bytes"]
+
+
+@pytest.mark.parametrize("floors,undone", [
+    ([], 0), ([5.0], 0), ([5.0, 6.0, 7.0, 8.0], 0),          # only rising: nothing given back
+    ([5.0, 5.0, 5.0], 0),
+    ([5.0, 5.6, 5.1, 5.2], 0.5),                             # up 0.6, back to 5.1: 0.5 undone
+    ([5.0, 5.3, 5.0, 5.9, 5.2, 5.4], 0.7),                   # the larger of two bursts
+    ([5.0, 6.0, 7.0], 0), ([5.0, 6.0, 7.0, 6.8], 0.2),       # the newest floor is no peak; a dip is
+    ([6.0, 5.0, 5.5, 5.2, 7.0], 0.3),                        # prominence over the higher low
+])
+def test_undone_rise_is_the_largest_hourly_floor_rise_given_back(wd, floors, undone):
+    engine = wd.DecisionEngine({})
+    for i, floor in enumerate(floors):
+        engine.season.append(((i + 1) * HOUR, floor * GiB, None))
+    assert engine.undone_rise_bytes() == pytest.approx(undone * GiB)
+
+
+def test_a_rise_with_the_limit_in_reach_needs_no_more_than_confirm_rise_bytes(wd):
+    """Bursts earlier in the run gave back several hundred MiB of hourly floor, so a rise with
+    no limit in reach must add as much before it is confirmed; with the limit projected within
+    the horizon there is no time to spare, and confirm_rise_bytes (256 MiB) is enough, as before."""
+    engine = wd.DecisionEngine({})
+    for i, floor in enumerate([5.0, 5.0, 5.8, 5.1, 5.0]):
+        engine.season.append(((i + 1) * HOUR, floor * GiB, None))
+    slope = 200 * MiB / HOUR
+    assert engine.confirm_needed_seconds(slope) == pytest.approx(0.8 * GiB / slope)
+    assert engine.confirm_needed_seconds(slope, near_limit=True) == pytest.approx(
+        max(wd.DEFAULTS["confirm_seconds"], wd.DEFAULTS["confirm_rise_bytes"] / slope))
+    assert engine.confirm_needed_seconds(1 * MiB / HOUR) == wd.DEFAULTS["confirm_max_seconds"]
+
+
 def test_field_report_decay_recycled_within_24_hours_of_its_start(wd, manifest):
     """The committed field-report decay (36 h, -18 % throughput, RSS monotonic, p95 tracking):
     the engine before issue 38 recycled it 27 h after it starts."""

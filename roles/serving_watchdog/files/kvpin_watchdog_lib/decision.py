@@ -478,7 +478,7 @@ class DecisionEngine:
         # At the median slope seen since the rise began: a burst at the window's end steepens
         # the slope for an evaluation or two and must not shorten the confirmation.
         needed = self.confirm_needed_seconds(
-            statistics.median(self.rising_slopes) if self.rising_since is not None else mt.slope)
+            statistics.median(self.rising_slopes) if self.rising_since is not None else mt.slope, within)
         held_long_enough = self.rising_since is not None and t - self.rising_since >= needed
         confirmed = mem_rising and held_long_enough
         d.memory_confirmed = confirmed
@@ -548,14 +548,38 @@ class DecisionEngine:
                 _fmt_bytes(earlier), half, _fmt_bytes(later), half))
         return None
 
-    def confirm_needed_seconds(self, slope_per_second: float) -> float:
+    def confirm_needed_seconds(self, slope_per_second: float, near_limit: bool = False) -> float:
         """How long a rise must hold before it is confirmed: confirm_seconds, or the time to add
-        confirm_rise_bytes at this slope when longer, at most confirm_max_seconds."""
+        confirm_rise_bytes at this slope when longer, at most confirm_max_seconds. Without the
+        limit in reach, the rise must also add as much as this run's load has lifted the hourly
+        floors and taken back (undone_rise_bytes: load bursts that follow each other lift memory
+        and TTFT p95 together for hours, as a leak does, then give it back; a leak never does)."""
         cfg = self.cfg
         needed = float(cfg["confirm_seconds"])
+        rise = float(cfg["confirm_rise_bytes"])
+        if not near_limit:
+            rise = max(rise, self.undone_rise_bytes())
         if slope_per_second > 0:
-            needed = max(needed, float(cfg["confirm_rise_bytes"]) / slope_per_second)
+            needed = max(needed, rise / slope_per_second)
         return min(needed, max(float(cfg["confirm_seconds"]), float(cfg["confirm_max_seconds"])))
+
+    def undone_rise_bytes(self) -> float:
+        """The largest rise of this run's hourly memory floors that came back down: over the
+        kept hourly buckets, the most a floor stood above both the lowest floor before it and
+        the lowest after it (its prominence). 0 while the floors only rose or stayed flat."""
+        floors = [row[1] for row in self.season]
+        best = 0.0
+        low_before = float("inf")
+        lows_after = [0.0] * len(floors)
+        low = float("inf")
+        for i in range(len(floors) - 1, -1, -1):
+            lows_after[i] = low
+            low = min(low, floors[i])
+        for i, floor in enumerate(floors):
+            if 0 < i < len(floors) - 1:
+                best = max(best, floor - max(low_before, lows_after[i]))
+            low_before = min(low_before, floor)
+        return best
 
     # -- warm-up hold and the learned plateau ------------------------------
     def learned_plateau(self) -> Optional[float]:
